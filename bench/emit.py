@@ -1,0 +1,79 @@
+"""Emit overhead: an app transaction with one business INSERT, with and without ``emit``.
+
+    .venv/bin/python -m bench.emit [--rounds 2000]
+
+Both variants run interleaved on one connection in the same run (durable commits,
+``synchronous_commit`` as the server has it), one enabled endpoint subscribed, so each
+``emit`` writes an event row and a delivery row. Also ``emit_many`` of 1,000 events.
+Prints medians, the ratio, and a JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+import psycopg
+
+import outbox
+from bench.common import SCHEMA, emit_json, percentiles, scratch_database
+from outbox import Event
+from outbox import endpoints as ep
+
+
+def _business(conn: psycopg.Connection[Any], i: int, with_emit: bool) -> float:
+    start = time.perf_counter()
+    with conn.transaction():
+        conn.execute("INSERT INTO orders (id, total) VALUES (%s, %s)", (i, 10))
+        if with_emit:
+            outbox.emit(conn, Event("order.created", {"id": i, "total": 10}))
+    return time.perf_counter() - start
+
+
+def run(url: str, rounds: int) -> dict[str, Any]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE orders (id bigint PRIMARY KEY, total int)")
+        ep.add(conn, "https://example.com/hook", schema=SCHEMA)
+        plain: list[float] = []
+        emitting: list[float] = []
+        for i in range(rounds + 200):  # the first 200 of each warm up (prepares, caches)
+            a, b = _business(conn, 2 * i, False), _business(conn, 2 * i + 1, True)
+            if i >= 200:
+                plain.append(a)
+                emitting.append(b)
+        many: list[float] = []
+        for r in range(7):
+            events = [Event("order.created", {"id": i, "round": r}) for i in range(1000)]
+            start = time.perf_counter()
+            with conn.transaction():
+                outbox.emit_many(conn, events)
+            many.append(time.perf_counter() - start)
+    p_plain, p_emit = percentiles(plain), percentiles(emitting)
+    return {
+        "rounds": rounds,
+        "plain_tx_ms": {k: v * 1000 for k, v in p_plain.items()},
+        "emit_tx_ms": {k: v * 1000 for k, v in p_emit.items()},
+        "ratio_median": p_emit["p50"] / p_plain["p50"],
+        "emit_many_1000_events_per_s": 1000 / statistics.median(many),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2000)
+    args = parser.parse_args()
+    with scratch_database() as url:
+        res = run(url, args.rounds)
+    print(f"business tx, 1 INSERT          median {res['plain_tx_ms']['p50']:.3f} ms"
+          f"  p99 {res['plain_tx_ms']['p99']:.3f} ms")
+    print(f"business tx, 1 INSERT + emit   median {res['emit_tx_ms']['p50']:.3f} ms"
+          f"  p99 {res['emit_tx_ms']['p99']:.3f} ms")
+    print(f"ratio (median)                 {res['ratio_median']:.2f}x")
+    print(f"emit_many, 1,000 events        {res['emit_many_1000_events_per_s']:,.0f} events/s")
+    emit_json("emit", res)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Delivery worker: claim, send, record; HTTP sender, retry policy, SSRF guard."""

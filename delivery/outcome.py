@@ -1,0 +1,247 @@
+"""What one HTTP delivery attempt means, and when to try again. Pure: no I/O.
+
+Status classification (DESIGN.md "Outcomes")::
+
+    2xx                        DELIVERED
+    5xx, 408, 425, 429         RETRY    error_class "http_status"
+    410                        GONE     dead, and the endpoint must be disabled
+    300-399                    DEAD     error_class "redirect"; never followed, Location in `error`
+    other 4xx                  DEAD     error_class "http_status"
+    <200 or >599               RETRY    error_class "unexpected_status"
+
+A final status outside 200-599 is a broken receiver, not a refusal, so it is retried
+(``max_attempts`` bounds the cost). httpx consumes interim 1xx responses itself; a 1xx
+reaching us is such a protocol anomaly.
+
+Guarantees: neither classifier raises for any input; every non-DELIVERED result has a
+non-None ``error_class`` and a one-line ``error``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from enum import StrEnum
+
+import httpx
+import tenacity
+
+
+class Verdict(StrEnum):
+    """The delivery state an attempt leads to."""
+
+    DELIVERED = "delivered"
+    RETRY = "retry"
+    DEAD = "dead"
+    GONE = "gone"
+    """Dead, and the endpoint must be disabled (HTTP 410, Standard Webhooks)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptResult:
+    """One attempt, as recorded in ``delivery_attempts``.
+
+    ``status_code`` is None when no response status was received. ``error_class`` is a
+    short stable snake_case name (None when delivered cleanly); ``error`` is one line.
+    ``retry_after_seconds`` is the parsed ``Retry-After`` header, >= 0 and unclamped,
+    None when absent or unparseable.
+    """
+
+    verdict: Verdict
+    status_code: int | None
+    duration_ms: float
+    error_class: str | None
+    error: str | None
+    response_excerpt: str | None
+    retry_after_seconds: float | None
+
+
+_RETRY_STATUSES = frozenset({408, 425, 429})
+_LOCATION_CAP = 512
+_DELTA_SECONDS = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` value (delta-seconds or HTTP-date).
+
+    Returns a finite value >= 0 (past dates and negative deltas give 0), or None when
+    the value is absent or not understood. Dates without a zone are taken as UTC.
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if _DELTA_SECONDS.fullmatch(text):
+        seconds = float(text)
+        return max(0.0, seconds) if math.isfinite(seconds) else None
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    reference = now if now is not None else datetime.now(UTC)
+    return max(0.0, (when - reference).total_seconds())
+
+
+def _one_line(text: str, cap: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= cap else flat[: cap - 3] + "..."
+
+
+def _status_verdict(status: int) -> tuple[Verdict, str | None]:
+    if 200 <= status <= 299:
+        return Verdict.DELIVERED, None
+    if status == 410:
+        return Verdict.GONE, "http_status"
+    if 500 <= status <= 599 or status in _RETRY_STATUSES:
+        return Verdict.RETRY, "http_status"
+    if 300 <= status <= 399:
+        return Verdict.DEAD, "redirect"
+    if 400 <= status <= 499:
+        return Verdict.DEAD, "http_status"
+    return Verdict.RETRY, "unexpected_status"
+
+
+def classify_status(
+    status: int,
+    headers: httpx.Headers,
+    excerpt: str | None,
+    duration_ms: float,
+    *,
+    now: datetime | None = None,
+) -> AttemptResult:
+    """Classify a received response status (table in the module docstring).
+
+    ``Retry-After`` is parsed whatever the status; only RETRY results are meant to use it.
+    For 3xx the ``Location`` target (flattened to one line, capped) is named in ``error``.
+    """
+    verdict, error_class = _status_verdict(status)
+    error: str | None = None
+    if error_class == "redirect":
+        location = headers.get("location")
+        target = _one_line(location, _LOCATION_CAP) if location else "<no Location>"
+        error = f"redirect to {target} (not followed)"
+    elif error_class is not None:
+        error = f"HTTP {status}"
+    return AttemptResult(
+        verdict=verdict,
+        status_code=status,
+        duration_ms=duration_ms,
+        error_class=error_class,
+        error=error,
+        response_excerpt=excerpt,
+        retry_after_seconds=parse_retry_after(headers.get("retry-after"), now=now),
+    )
+
+
+_TIMEOUT_NAMES: dict[type[httpx.TimeoutException], str] = {
+    httpx.ConnectTimeout: "connect",
+    httpx.ReadTimeout: "read",
+    httpx.WriteTimeout: "write",
+    httpx.PoolTimeout: "pool",
+}
+
+
+def _caused_by_tls(exc: BaseException) -> bool:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if type(current).__module__ == "ssl":
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _exception_class(exc: BaseException, seconds: float) -> tuple[str, str]:
+    name = type(exc).__name__
+    if isinstance(exc, httpx.TimeoutException):
+        phase = _TIMEOUT_NAMES.get(type(exc), "request")
+        return "timeout", f"{phase} timeout after {seconds:.1f}s"
+    if isinstance(exc, TimeoutError):
+        return "timeout", f"timeout after {seconds:.1f}s"
+    if isinstance(exc, httpx.ConnectError):
+        return ("tls" if _caused_by_tls(exc) else "connect"), f"{name}: {exc}"
+    if isinstance(exc, httpx.ProtocolError):
+        return "protocol", f"{name}: {exc}"
+    if isinstance(exc, httpx.NetworkError):
+        return "network", f"{name}: {exc}"
+    if isinstance(exc, httpx.DecodingError):
+        return "decoding", f"{name}: {exc}"
+    if isinstance(exc, httpx.TransportError):
+        return "transport", f"{name}: {exc}"
+    return "internal", f"{name}: {exc}"
+
+
+def classify_exception(exc: BaseException, duration_ms: float) -> AttemptResult:
+    """Classify an attempt that ended in an exception before a status was received.
+
+    Always RETRY (``max_attempts`` bounds a permanent fault); never raises. Mapping over
+    httpx 0.28's tree::
+
+        TransportError
+        ├── TimeoutException                    "timeout"  (also builtin TimeoutError)
+        │   └── ConnectTimeout, ReadTimeout, WriteTimeout, PoolTimeout
+        ├── NetworkError
+        │   ├── ConnectError                    "connect"  ("tls" if an ssl error caused it)
+        │   └── ReadError, WriteError, CloseError  "network"
+        ├── ProtocolError                       "protocol"
+        │   └── LocalProtocolError, RemoteProtocolError
+        └── ProxyError, UnsupportedProtocol     "transport"
+        DecodingError                           "decoding"
+        anything else                           "internal" (error names the type)
+
+    ``TooManyRedirects`` cannot occur (redirects are never followed) and would be
+    "internal". ``error`` is one line, at most 300 characters.
+    """
+    verdict_class, message = _exception_class(exc, duration_ms / 1000.0)
+    return AttemptResult(
+        verdict=Verdict.RETRY,
+        status_code=None,
+        duration_ms=duration_ms,
+        error_class=verdict_class,
+        error=_one_line(message.rstrip(": ") or type(exc).__name__, 300),
+        response_excerpt=None,
+        retry_after_seconds=None,
+    )
+
+
+_RETRYING = tenacity.Retrying()
+
+
+def retry_delay(
+    attempt: int,
+    *,
+    base: float,
+    cap: float,
+    retry_after: float | None = None,
+    retry_after_max: float = 3600.0,
+) -> float:
+    """Seconds to wait after failed attempt number ``attempt`` (1-based).
+
+    Full jitter via ``tenacity.wait_random_exponential(multiplier=base, max=cap)``:
+    ``uniform(0, min(cap, base * 2 ** (attempt - 1)))`` (tenacity 9.2 returns ``cap``
+    as the window once ``attempt - 1 > log2(cap / base)``, so large attempts never
+    overflow). The result is in ``[0, cap]``. If ``retry_after`` is given the result is
+    ``max(jittered, min(max(retry_after, 0), retry_after_max))``: honoured, but clamped
+    (a NaN ``retry_after`` is ignored).
+
+    Schedule with base=30 s, cap=6 h, max_attempts=12 (11 waits, after attempts 1..11):
+    windows 30 s, 1, 2, 4, 8, 16, 32, 64, 128, 256 min, then 6 h (the cap binds from
+    attempt 11). Sum of windows 52 290 s = 14.5 h, the worst case; the expected total is
+    half, 26 145 s = 7.3 h (sd about 2.2 h). It does not span a day: that needs about
+    max_attempts=17 (22.3 h expected) at this base and cap.
+
+    Raises ValueError if ``attempt < 1``, ``base <= 0`` or ``cap < 0``.
+    """
+    if attempt < 1 or base <= 0 or cap < 0:
+        raise ValueError(f"invalid backoff: attempt={attempt} base={base} cap={cap}")
+    state = tenacity.RetryCallState(retry_object=_RETRYING, fn=None, args=(), kwargs={})
+    state.attempt_number = attempt
+    jittered = tenacity.wait_random_exponential(multiplier=base, max=cap)(state)
+    if retry_after is None or math.isnan(retry_after):
+        return jittered
+    return max(jittered, min(max(retry_after, 0.0), retry_after_max))

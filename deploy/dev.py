@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Developer entry point that works on a fresh machine with Python 3.11+.
+
+    python3 deploy/dev.py demo    # emit events and deliver them to a local receiver
+    python3 deploy/dev.py test    # the whole test suite (starts PostgreSQL if needed)
+    python3 deploy/dev.py lint    # ruff and mypy --strict
+
+It creates ./.venv on first use and reinstalls the project (with its dev extra) whenever
+pyproject.toml changes. Extra arguments go to the underlying command.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = Path(os.environ.get("OUTBOX_VENV", ROOT / ".venv"))
+BIN = VENV / "bin"
+
+
+def ensure_venv() -> None:
+    """Create the virtualenv and install the project if pyproject.toml changed."""
+    if sys.version_info < (3, 11):  # noqa: UP036 (this script may run on an old python3)
+        sys.exit("outbox needs Python 3.11 or newer")
+    stamp = VENV / ".outbox-installed"
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if stamp.exists() and stamp.read_text() == digest:
+        return
+    if not (BIN / "python").exists():
+        print(f"creating virtualenv {VENV}", file=sys.stderr)
+        venv.create(VENV, with_pip=True)
+    print("installing outbox and its dev dependencies", file=sys.stderr)
+    pip = [str(BIN / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, "-e", f"{ROOT}[dev]"], check=True)
+    stamp.write_text(digest)
+
+
+def run(*argv: str) -> int:
+    return subprocess.run(list(argv), cwd=ROOT).returncode
+
+
+def main() -> int:
+    command, *rest = sys.argv[1:] or ["help"]
+    if command not in ("demo", "test", "lint"):
+        print(__doc__)
+        return 0 if command in ("help", "-h", "--help") else 2
+    ensure_venv()
+    if command == "demo":
+        return run(str(BIN / "outbox"), "demo", *rest)
+    if command == "test":
+        return run(str(BIN / "python"), "-m", "pytest", *rest)
+    return (run(str(BIN / "ruff"), "check", ".")
+            or run(str(BIN / "mypy"), "--strict")
+            or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

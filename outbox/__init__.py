@@ -1,0 +1,51 @@
+"""outbox: transactional outbox and signed webhook delivery on PostgreSQL.
+
+Emit inside your own transaction::
+
+    with conn.transaction():
+        conn.execute("INSERT INTO invoices ...")
+        outbox.emit(conn, outbox.Event(type="invoice.paid", payload={"id": 42}))
+
+Importing ``outbox`` never imports the worker's dependencies (httpx and friends).
+"""
+
+from outbox.emit import emit, emit_async, emit_many, emit_many_async
+from outbox.errors import (
+    ConfigurationError,
+    DatabaseError,
+    DatabaseUnavailable,
+    EndpointNotFound,
+    InvalidEndpoint,
+    InvalidEvent,
+    InvalidSignature,
+    MigrationError,
+    NotInTransaction,
+    OutboxError,
+    SchemaMissing,
+)
+from outbox.event import Event
+from outbox.settings import Settings, get_settings
+from outbox.signing import generate_secret, verify
+
+__all__ = [
+    "ConfigurationError",
+    "DatabaseError",
+    "DatabaseUnavailable",
+    "EndpointNotFound",
+    "Event",
+    "InvalidEndpoint",
+    "InvalidEvent",
+    "InvalidSignature",
+    "MigrationError",
+    "NotInTransaction",
+    "OutboxError",
+    "SchemaMissing",
+    "Settings",
+    "emit",
+    "emit_async",
+    "emit_many",
+    "emit_many_async",
+    "generate_secret",
+    "get_settings",
+    "verify",
+]

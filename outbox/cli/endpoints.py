@@ -1,0 +1,127 @@
+"""``outbox endpoints``: register, list, enable and disable webhook endpoints."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import click
+
+from outbox import endpoints as ep
+from outbox.cli import Context, cli, pass_ctx
+from outbox.cli.output import print_table
+
+
+def _parse_headers(values: tuple[str, ...]) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"{item!r} is not K=V", param_hint="--header")
+        headers[name.strip()] = value
+    return headers
+
+
+def _as_json(endpoint: ep.Endpoint) -> dict[str, Any]:
+    data = dataclasses.asdict(endpoint)
+    for key, value in data.items():
+        if hasattr(value, "isoformat"):
+            data[key] = value.isoformat()
+    data["id"] = str(endpoint.id)
+    return data
+
+
+@cli.group()
+def endpoints() -> None:
+    """Register and manage the endpoints that receive webhooks.
+
+    \b
+    Examples:
+      outbox endpoints add https://example.com/hooks --event-type invoice.paid
+      outbox endpoints list --json
+      outbox endpoints disable 0193...  --reason "customer asked"
+    """
+
+
+@endpoints.command("add")
+@click.argument("url")
+@click.option("--event-type", "event_types", multiple=True, metavar="TYPE",
+              help="Deliver only this event type (repeatable). Default: every type.")
+@click.option("--secret", default=None, metavar="whsec_...",
+              help="Signing secret (whsec_ + base64 of 24-64 bytes). Default: generated.")
+@click.option("--header", "headers", multiple=True, metavar="K=V",
+              help="Extra HTTP header sent with every delivery (repeatable).")
+@click.option("--description", default="", help="Free text shown in listings.")
+@click.option("--max-attempts", type=click.IntRange(1, 100), default=None,
+              help="Attempts before a delivery is dead (default: $OUTBOX_MAX_ATTEMPTS).")
+@click.option("--retry-base-seconds", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="First retry delay scale (default: $OUTBOX_RETRY_BASE_SECONDS).")
+@click.option("--retry-cap-seconds", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Longest retry delay (default: $OUTBOX_RETRY_CAP_SECONDS).")
+@click.option("--timeout", "timeout_seconds", type=click.FloatRange(min=0, min_open=True),
+              default=None, help="HTTP timeout for this endpoint, seconds.")
+@pass_ctx
+def add(ctx: Context, url: str, event_types: tuple[str, ...], secret: str | None,
+        headers: tuple[str, ...], description: str, max_attempts: int | None,
+        retry_base_seconds: float | None, retry_cap_seconds: float | None,
+        timeout_seconds: float | None) -> None:
+    """Register URL; print its id and, if generated, its secret (shown only once).
+
+    \b
+    Example:
+      outbox endpoints add https://example.com/hooks --event-type invoice.paid \\
+          --header "X-Team=billing"
+    """
+    parsed = _parse_headers(headers)
+    with ctx.connect() as conn:
+        created = ep.add(
+            conn, url, schema=ctx.schema, event_types=event_types or None, secret=secret,
+            headers=parsed, description=description, max_attempts=max_attempts,
+            retry_base_seconds=retry_base_seconds, retry_cap_seconds=retry_cap_seconds,
+            timeout_seconds=timeout_seconds,
+        )
+    click.echo(f"id:     {created.endpoint.id}")
+    if created.secret:
+        click.echo(f"secret: {created.secret}")
+        click.echo("(the secret is shown only now: store it with the receiver)", err=True)
+
+
+@endpoints.command("list")
+@click.option("--json", "as_json", is_flag=True, help="One JSON array, for scripts.")
+@pass_ctx
+def list_(ctx: Context, as_json: bool) -> None:
+    """List endpoints (secrets are never shown)."""
+    with ctx.connect() as conn:
+        rows = ep.list_all(conn, schema=ctx.schema)
+    if as_json:
+        click.echo(json.dumps([_as_json(r) for r in rows], indent=2))
+        return
+    table = [
+        [str(r.id), r.url, ",".join(r.event_types) if r.event_types else "*",
+         "yes" if r.enabled else f"no ({r.disabled_reason})",
+         r.created_at.strftime("%Y-%m-%d %H:%M")]
+        for r in rows
+    ]
+    print_table(["id", "url", "event types", "enabled", "created"], table)
+
+
+@endpoints.command("disable")
+@click.argument("endpoint_id", metavar="ID")
+@click.option("--reason", default="manual", help="Recorded with the endpoint.")
+@pass_ctx
+def disable(ctx: Context, endpoint_id: str, reason: str) -> None:
+    """Stop delivering to an endpoint; pending deliveries wait until it is enabled."""
+    with ctx.connect() as conn:
+        e = ep.set_enabled(conn, endpoint_id, False, schema=ctx.schema, reason=reason)
+    click.echo(f"disabled {e.id} ({e.url})")
+
+
+@endpoints.command("enable")
+@click.argument("endpoint_id", metavar="ID")
+@pass_ctx
+def enable(ctx: Context, endpoint_id: str) -> None:
+    """Resume delivering to an endpoint."""
+    with ctx.connect() as conn:
+        e = ep.set_enabled(conn, endpoint_id, True, schema=ctx.schema)
+    click.echo(f"enabled {e.id} ({e.url})")

@@ -1,0 +1,36 @@
+"""``outbox migrate``: apply the schema, or print it for a DBA."""
+
+from __future__ import annotations
+
+import click
+
+from outbox.cli import Context, cli, pass_ctx
+from outbox.migrate import migrate as apply_migrations
+from outbox.migrate import script
+
+
+@cli.command()
+@click.option("--print", "print_only", is_flag=True,
+              help="Print the SQL of every migration instead of applying it (no connection).")
+@pass_ctx
+def migrate(ctx: Context, print_only: bool) -> None:
+    """Create or upgrade the outbox tables in the configured schema.
+
+    Safe to run from many processes at once (an advisory lock serialises them) and a
+    no-op when the schema is current. All pending migrations apply in one transaction.
+
+    \b
+    Examples:
+      outbox migrate
+      OUTBOX_SCHEMA=webhooks outbox migrate
+      outbox migrate --print > outbox.sql && psql -f outbox.sql
+    """
+    if print_only:
+        click.echo(script(ctx.schema), nl=False)
+        return
+    with ctx.connect() as conn:
+        applied = apply_migrations(conn, ctx.schema)
+    if not applied:
+        click.echo(f"schema {ctx.schema!r} is up to date")
+    for m in applied:
+        click.echo(f"applied {m.version:04d}_{m.name} to schema {ctx.schema!r}")

@@ -1,0 +1,1 @@
+"""``outbox worker``: placeholder until the delivery worker lands."""

@@ -1,0 +1,69 @@
+"""The driver edge: connecting, schema-qualified SQL, and psycopg error translation.
+
+Every psycopg error that reaches a caller of outbox passes through :func:`translated`
+and comes out as an :class:`~outbox.errors.OutboxError` subclass with a one-line message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import sql
+
+from outbox.errors import DatabaseError, DatabaseUnavailable, SchemaMissing
+from outbox.settings import Settings, get_settings, mask_url
+
+
+@lru_cache(maxsize=256)
+def render(template: str, schema: str) -> str:
+    """``template`` with ``{schema}`` replaced by the quoted schema identifier.
+
+    Rendered once per (query, schema) so psycopg sees identical text and can prepare it.
+    """
+    return sql.SQL(template).format(schema=sql.Identifier(schema)).as_string()
+
+
+@contextmanager
+def translated(url: str | None = None) -> Iterator[None]:
+    """Translate psycopg errors raised inside the block into :mod:`outbox.errors`."""
+    try:
+        yield
+    except pg_errors.UndefinedTable as exc:
+        raise SchemaMissing(
+            f"outbox tables not found ({exc.diag.message_primary}): run `outbox migrate`"
+        ) from exc
+    except pg_errors.InvalidSchemaName as exc:
+        raise SchemaMissing(
+            f"outbox schema not found ({exc.diag.message_primary}): run `outbox migrate`"
+        ) from exc
+    except psycopg.OperationalError as exc:
+        where = f" at {mask_url(url)}" if url else ""
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DatabaseUnavailable(f"cannot reach PostgreSQL{where}: {first}") from exc
+    except psycopg.Error as exc:
+        raise DatabaseError(_one_line(exc)) from exc
+
+
+def _one_line(exc: psycopg.Error) -> str:
+    primary = exc.diag.message_primary if exc.diag else None
+    text = primary or str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}"
+
+
+def connect(
+    settings: Settings | None = None, *, autocommit: bool = False, connect_timeout: int = 5
+) -> psycopg.Connection[tuple[object, ...]]:
+    """A new connection to the configured database, or :class:`DatabaseUnavailable`."""
+    settings = settings or get_settings()
+    with translated(settings.database_url):
+        conn = psycopg.connect(
+            settings.database_url,
+            autocommit=autocommit,
+            connect_timeout=connect_timeout,
+            prepare_threshold=settings.prepare_threshold,
+        )
+    return conn

@@ -1,0 +1,112 @@
+"""Find a PostgreSQL for the demo and the tests, or start a throwaway one.
+
+Order: the URL given (``OUTBOX_TEST_DATABASE_URL`` / ``DATABASE_URL``), the local server
+on 127.0.0.1:5432, the machine's Debian cluster (``pg_ctlcluster ... start``), and last a
+throwaway cluster made with ``initdb`` + ``pg_ctl`` in a temporary directory, stopped and
+deleted at exit. Not for production use.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+import psycopg
+
+from outbox.settings import mask_url
+
+LOCAL_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def reachable(url: str, timeout: int = 2) -> bool:
+    """True if a connection to ``url`` succeeds."""
+    try:
+        with psycopg.connect(url, connect_timeout=timeout, autocommit=True):
+            return True
+    except psycopg.Error:
+        return False
+
+
+def _pg_bin(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    candidates = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)
+    return candidates[0] if candidates else None
+
+
+def _start_debian_cluster() -> bool:
+    ctl = shutil.which("pg_ctlcluster")
+    if not ctl or not Path("/etc/postgresql").is_dir():
+        return False
+    for version in sorted(os.listdir("/etc/postgresql"), reverse=True):
+        subprocess.run(
+            [ctl, "--skip-systemctl-redirect", version, "main", "start"],
+            capture_output=True, check=False, timeout=60,
+        )
+    return reachable(LOCAL_URL)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class TempCluster:
+    """A private PostgreSQL cluster in a temporary directory (initdb + pg_ctl)."""
+
+    def __init__(self) -> None:
+        initdb, self.pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
+        if not initdb or not self.pg_ctl:
+            raise RuntimeError("no PostgreSQL found and no initdb/pg_ctl to start one")
+        self.dir = Path(tempfile.mkdtemp(prefix="outbox-pg-"))
+        self.port = _free_port()
+        self._as_user: list[str] = []
+        if os.geteuid() == 0:  # initdb refuses to run as root
+            user = pwd.getpwnam("postgres")
+            os.chown(self.dir, user.pw_uid, user.pw_gid)
+            self._as_user = ["runuser", "-u", "postgres", "--"]
+        self._run([initdb, "-D", str(self.dir / "data"), "-A", "trust", "-U", "postgres",
+                   "--no-sync", "-E", "UTF8"])
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        self.start()
+        atexit.register(self.destroy)
+
+    def _run(self, args: list[str]) -> None:
+        subprocess.run(self._as_user + args, check=True, capture_output=True, timeout=120)
+
+    def start(self) -> None:
+        """Start (or restart after :meth:`stop`) the server and wait until it accepts."""
+        opts = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1"
+        self._run([str(self.pg_ctl), "-D", str(self.dir / "data"), "-l",
+                   str(self.dir / "log"), "-o", opts, "-w", "start"])
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server (``fast`` disconnects clients; ``immediate`` is a crash)."""
+        self._run([str(self.pg_ctl), "-D", str(self.dir / "data"), "-m", mode, "-w", "stop"])
+
+    def destroy(self) -> None:
+        """Stop the server if running and delete its directory."""
+        with contextlib.suppress(Exception):
+            self.stop("immediate")
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def find_or_start(url: str | None = None) -> str:
+    """A URL of a reachable PostgreSQL, starting one if nothing answers."""
+    if url:
+        if reachable(url):
+            return url
+        raise RuntimeError(f"the PostgreSQL at {mask_url(url)} is not reachable")
+    if reachable(LOCAL_URL) or _start_debian_cluster():
+        return LOCAL_URL
+    return TempCluster().url

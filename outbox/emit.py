@@ -1,0 +1,220 @@
+"""Transactional emit: the event commits or rolls back with the caller's own writes.
+
+``emit(conn, event)`` runs ONE statement on the caller's psycopg connection, inside the
+caller's transaction: it inserts the event and one ``deliveries`` row per enabled endpoint
+subscribed to the event's type (fan-out is as transactional as the event).
+
+Guarantees:
+
+- Commit of the caller's transaction: every delivery is durable and will be attempted.
+  Rollback: the event never existed; no worker ever sees it.
+- Outbox never commits, rolls back or opens a transaction of its own on ``conn``. A
+  connection in autocommit mode outside ``conn.transaction()`` raises
+  :class:`~outbox.errors.NotInTransaction` before any SQL, so an event can never commit
+  without the app's writes. (A non-autocommit psycopg connection is always in a
+  transaction once it runs a statement: the event commits with whatever the app commits.)
+- Validation (type, JSON payload, size limit) raises :class:`~outbox.errors.InvalidEvent`
+  before any SQL runs. A database error is raised as an :class:`~outbox.errors.OutboxError`
+  and, as any failed statement does, aborts the caller's transaction.
+- Same ``idempotency_key`` twice (in one batch, one transaction, or across transactions):
+  the second emit inserts nothing and returns the first event's id.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import psycopg
+from psycopg.pq import TransactionStatus
+
+from outbox import queries
+from outbox.db import render, translated
+from outbox.errors import NotInTransaction, OutboxError
+from outbox.event import Event, PreparedEvent, prepare
+from outbox.settings import Settings, get_settings
+
+AnyConnection = psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
+
+
+@dataclass(slots=True)
+class _Batch:
+    """Validated events, deduplicated on idempotency key, and the SQL to insert them."""
+
+    query: str
+    params: dict[str, list[Any]]
+    # position in the caller's list -> position in params (first event with that key)
+    slots: list[int] = field(default_factory=list)
+
+
+def _check_transaction(conn: AnyConnection) -> None:
+    status = conn.info.transaction_status
+    if status == TransactionStatus.INERROR:
+        raise NotInTransaction(
+            "the connection's transaction has failed: roll back before emitting"
+        )
+    if conn.autocommit and status == TransactionStatus.IDLE:
+        raise NotInTransaction(
+            "connection is in autocommit mode outside a transaction: emit inside "
+            "`with conn.transaction():` so the event commits with your own writes"
+        )
+
+
+def _settings_schema(schema: str | None, settings: Settings | None) -> tuple[Settings, str]:
+    s = settings or get_settings()
+    return s, schema or s.schema_name
+
+
+def _plan_one(event: Event, settings: Settings, schema: str) -> tuple[str, Any, PreparedEvent]:
+    ev = prepare(event, settings.max_payload_bytes)
+    if ev.idempotency_key is None:
+        params: Any = (ev.id, ev.type, ev.payload, ev.key)
+        return render(queries.EMIT_ONE, schema), params, ev
+    params = {
+        "id": ev.id, "type": ev.type, "payload": ev.payload, "key": ev.key,
+        "ikey": ev.idempotency_key,
+    }
+    return render(queries.EMIT_ONE_IDEMPOTENT, schema), params, ev
+
+
+def _plan_many(events: Iterable[Event], settings: Settings, schema: str) -> _Batch:
+    cols: dict[str, list[Any]] = {k: [] for k in ("ids", "types", "payloads", "keys", "ikeys")}
+    batch = _Batch(render(queries.EMIT_MANY, schema), cols)
+    first_by_key: dict[str, int] = {}
+    for event in events:
+        ev = prepare(event, settings.max_payload_bytes)
+        if ev.idempotency_key is not None and ev.idempotency_key in first_by_key:
+            batch.slots.append(first_by_key[ev.idempotency_key])
+            continue
+        if ev.idempotency_key is not None:
+            first_by_key[ev.idempotency_key] = len(cols["ids"])
+        batch.slots.append(len(cols["ids"]))
+        for name, value in zip(
+            cols, (ev.id, ev.type, ev.payload, ev.key, ev.idempotency_key), strict=True
+        ):
+            cols[name].append(value)
+    return batch
+
+
+def _missing_keys(batch: _Batch, ids: Sequence[uuid.UUID | None]) -> list[str]:
+    return [k for k, i in zip(batch.params["ikeys"], ids, strict=True) if i is None and k]
+
+
+def _finish(batch: _Batch, ids: list[uuid.UUID | None], found: dict[str, uuid.UUID]) -> list[
+    uuid.UUID
+]:
+    for pos, key in enumerate(batch.params["ikeys"]):
+        if ids[pos] is None:
+            if key not in found:
+                raise OutboxError(f"idempotency key {key!r} vanished during emit")
+            ids[pos] = found[key]
+    return [cast(uuid.UUID, ids[slot]) for slot in batch.slots]
+
+
+def emit(
+    conn: psycopg.Connection[Any],
+    event: Event,
+    *,
+    schema: str | None = None,
+    settings: Settings | None = None,
+) -> uuid.UUID:
+    """Insert ``event`` and its deliveries in the caller's transaction; return the event id.
+
+    The id is the ``webhook-id`` receivers see, stable across retries and replays.
+    """
+    s, sch = _settings_schema(schema, settings)
+    query, params, ev = _plan_one(event, s, sch)
+    _check_transaction(conn)
+    with translated():
+        cur = conn.execute(query, params)
+        if ev.idempotency_key is None:
+            return ev.id
+        row = cur.fetchone()
+        if row is None:  # another transaction committed that key during our statement
+            lookup = render(queries.EVENT_ID_BY_IDEMPOTENCY_KEY, sch)
+            row = conn.execute(lookup, ([ev.idempotency_key],)).fetchone()
+            row = None if row is None else (row[1],)
+    if row is None:
+        raise OutboxError(f"idempotency key {ev.idempotency_key!r} vanished during emit")
+    return cast(uuid.UUID, row[0])
+
+
+def emit_many(
+    conn: psycopg.Connection[Any],
+    events: Iterable[Event],
+    *,
+    schema: str | None = None,
+    settings: Settings | None = None,
+) -> list[uuid.UUID]:
+    """Insert many events and their deliveries in ONE statement; ids in input order.
+
+    All events are validated before any SQL: one invalid event writes none of them.
+    """
+    s, sch = _settings_schema(schema, settings)
+    batch = _plan_many(events, s, sch)
+    if not batch.slots:
+        return []
+    _check_transaction(conn)
+    with translated():
+        rows = conn.execute(batch.query, batch.params).fetchall()
+        ids: list[uuid.UUID | None] = [cast(uuid.UUID | None, r[1]) for r in rows]
+        found: dict[str, uuid.UUID] = {}
+        missing = _missing_keys(batch, ids)
+        if missing:
+            lookup = render(queries.EVENT_ID_BY_IDEMPOTENCY_KEY, sch)
+            found = {str(k): cast(uuid.UUID, i) for k, i in conn.execute(
+                lookup, (missing,)).fetchall()}
+    return _finish(batch, ids, found)
+
+
+async def emit_async(
+    conn: psycopg.AsyncConnection[Any],
+    event: Event,
+    *,
+    schema: str | None = None,
+    settings: Settings | None = None,
+) -> uuid.UUID:
+    """:func:`emit` for a psycopg ``AsyncConnection``; the same guarantees."""
+    s, sch = _settings_schema(schema, settings)
+    query, params, ev = _plan_one(event, s, sch)
+    _check_transaction(conn)
+    with translated():
+        cur = await conn.execute(query, params)
+        if ev.idempotency_key is None:
+            return ev.id
+        row = await cur.fetchone()
+        if row is None:
+            lookup = render(queries.EVENT_ID_BY_IDEMPOTENCY_KEY, sch)
+            cur = await conn.execute(lookup, ([ev.idempotency_key],))
+            found = await cur.fetchone()
+            row = None if found is None else (found[1],)
+    if row is None:
+        raise OutboxError(f"idempotency key {ev.idempotency_key!r} vanished during emit")
+    return cast(uuid.UUID, row[0])
+
+
+async def emit_many_async(
+    conn: psycopg.AsyncConnection[Any],
+    events: Iterable[Event],
+    *,
+    schema: str | None = None,
+    settings: Settings | None = None,
+) -> list[uuid.UUID]:
+    """:func:`emit_many` for a psycopg ``AsyncConnection``; the same guarantees."""
+    s, sch = _settings_schema(schema, settings)
+    batch = _plan_many(events, s, sch)
+    if not batch.slots:
+        return []
+    _check_transaction(conn)
+    with translated():
+        cur = await conn.execute(batch.query, batch.params)
+        ids: list[uuid.UUID | None] = [cast(uuid.UUID | None, r[1]) for r in await cur.fetchall()]
+        found: dict[str, uuid.UUID] = {}
+        missing = _missing_keys(batch, ids)
+        if missing:
+            lookup = render(queries.EVENT_ID_BY_IDEMPOTENCY_KEY, sch)
+            cur = await conn.execute(lookup, (missing,))
+            found = {str(k): cast(uuid.UUID, i) for k, i in await cur.fetchall()}
+    return _finish(batch, ids, found)

@@ -1,0 +1,66 @@
+"""Every error outbox raises on purpose derives from :class:`OutboxError`.
+
+Exception tree::
+
+    OutboxError
+    ├── ConfigurationError      a setting is missing or invalid
+    ├── DatabaseError           PostgreSQL failed (translated at the driver edge)
+    │   ├── DatabaseUnavailable cannot connect; message names the URL, password masked
+    │   └── SchemaMissing       outbox tables not found: run `outbox migrate`
+    ├── NotInTransaction        emit on an autocommit connection outside a transaction,
+    │                           or on a transaction that has already failed
+    ├── InvalidEvent            type or payload refused before any SQL ran
+    ├── InvalidEndpoint         URL, secret, header or filter refused before any SQL ran
+    ├── EndpointNotFound        no endpoint with that id
+    ├── InvalidSignature        ``verify`` rejected a webhook (receiver side)
+    └── MigrationError          a migration file is missing, reordered or failed
+
+Nothing is written when any of these is raised by emit or an endpoint function:
+validation happens before SQL, and SQL failures abort the caller's own transaction.
+"""
+
+from __future__ import annotations
+
+
+class OutboxError(Exception):
+    """Root of every error outbox raises on purpose."""
+
+
+class ConfigurationError(OutboxError):
+    """A setting is missing or invalid."""
+
+
+class DatabaseError(OutboxError):
+    """A PostgreSQL error, translated from psycopg at one edge (:mod:`outbox.db`)."""
+
+
+class DatabaseUnavailable(DatabaseError):
+    """The database cannot be reached; the message names the URL with its password masked."""
+
+
+class SchemaMissing(DatabaseError):
+    """The outbox tables do not exist in the configured schema: run ``outbox migrate``."""
+
+
+class NotInTransaction(OutboxError):
+    """``emit`` was called where the event could commit without the caller's own writes."""
+
+
+class InvalidEvent(OutboxError):
+    """The event type or payload was refused; nothing was sent to the database."""
+
+
+class InvalidEndpoint(OutboxError):
+    """An endpoint URL, secret, header or filter was refused; nothing was written."""
+
+
+class EndpointNotFound(OutboxError):
+    """No endpoint has the given id."""
+
+
+class InvalidSignature(OutboxError):
+    """A received webhook failed verification (bad signature, stale timestamp, bad headers)."""
+
+
+class MigrationError(OutboxError):
+    """A migration could not be applied, or the recorded history does not match the files."""

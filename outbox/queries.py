@@ -1,0 +1,113 @@
+"""Every SQL statement of the ``outbox`` package, in one place.
+
+``{schema}`` is replaced by the quoted schema name (:func:`outbox.db.render`); values are
+always bound parameters (``%s`` / ``%(name)s``), never formatted into the text.
+"""
+
+from __future__ import annotations
+
+# --- emit -------------------------------------------------------------------------------
+# One statement: the event row and one delivery per enabled, subscribed endpoint.
+_FAN_OUT = """
+    INSERT INTO {schema}.deliveries (event_id, endpoint_id)
+    SELECT ins.id, ep.id
+      FROM ins JOIN {schema}.endpoints ep
+        ON ep.enabled AND (ep.event_types IS NULL OR ins.type = ANY (ep.event_types))
+"""
+
+EMIT_ONE = (
+    """
+WITH ins AS (
+    INSERT INTO {schema}.events (id, type, payload, key, idempotency_key)
+    VALUES (%s, %s, %s::json, %s, NULL)
+    RETURNING id, type)
+"""
+    + _FAN_OUT
+)
+
+# With an idempotency key: a conflict inserts nothing and returns the first event's id.
+EMIT_ONE_IDEMPOTENT = """
+WITH ins AS (
+    INSERT INTO {schema}.events (id, type, payload, key, idempotency_key)
+    VALUES (%(id)s, %(type)s, %(payload)s::json, %(key)s, %(ikey)s)
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, type),
+fan AS (""" + _FAN_OUT + """)
+SELECT id FROM ins
+UNION ALL
+SELECT id FROM {schema}.events
+ WHERE idempotency_key = %(ikey)s AND NOT EXISTS (SELECT 1 FROM ins)
+"""
+
+# Bulk: arrays in, one round trip; returns (ordinal, id) for every input row.
+EMIT_MANY = """
+WITH input AS (
+    SELECT * FROM unnest(%(ids)s::uuid[], %(types)s::text[], %(payloads)s::text[],
+                         %(keys)s::text[], %(ikeys)s::text[])
+           WITH ORDINALITY AS t(id, type, payload, key, ikey, ord)),
+ins AS (
+    INSERT INTO {schema}.events (id, type, payload, key, idempotency_key)
+    SELECT id, type, payload::json, key, ikey FROM input ORDER BY ord
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, type),
+fan AS (""" + _FAN_OUT + """)
+SELECT input.ord, COALESCE(ins.id, old.id)
+  FROM input
+  LEFT JOIN ins ON ins.id = input.id
+  LEFT JOIN {schema}.events old ON ins.id IS NULL AND old.idempotency_key = input.ikey
+ ORDER BY input.ord
+"""
+
+# Second look for an idempotency key another transaction committed during our statement.
+EVENT_ID_BY_IDEMPOTENCY_KEY = """
+SELECT idempotency_key, id FROM {schema}.events WHERE idempotency_key = ANY (%s::text[])
+"""
+
+# --- endpoints --------------------------------------------------------------------------
+_ENDPOINT_COLUMNS = """
+    id, url, description, event_types, headers, enabled, disabled_reason,
+    max_attempts, retry_base_seconds, retry_cap_seconds, timeout_seconds, max_in_flight,
+    previous_secret_expires_at, created_at, updated_at
+"""
+
+ENDPOINT_INSERT = (
+    """
+INSERT INTO {schema}.endpoints
+    (id, url, description, secret, event_types, headers,
+     max_attempts, retry_base_seconds, retry_cap_seconds, timeout_seconds, max_in_flight)
+VALUES (%(id)s, %(url)s, %(description)s, %(secret)s, %(event_types)s, %(headers)s,
+        %(max_attempts)s, %(retry_base_seconds)s, %(retry_cap_seconds)s,
+        %(timeout_seconds)s, %(max_in_flight)s)
+RETURNING"""
+    + _ENDPOINT_COLUMNS
+)
+
+ENDPOINT_LIST = "SELECT" + _ENDPOINT_COLUMNS + "FROM {schema}.endpoints ORDER BY created_at, id"
+
+ENDPOINT_GET = "SELECT" + _ENDPOINT_COLUMNS + "FROM {schema}.endpoints WHERE id = %s"
+
+ENDPOINT_SET_ENABLED = (
+    """
+UPDATE {schema}.endpoints
+   SET enabled = %(enabled)s, disabled_reason = %(reason)s, updated_at = now()
+ WHERE id = %(id)s
+RETURNING"""
+    + _ENDPOINT_COLUMNS
+)
+
+# --- migrations -------------------------------------------------------------------------
+MIGRATIONS_TABLE = """
+CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    checksum   text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now())
+"""
+CREATE_SCHEMA = "CREATE SCHEMA IF NOT EXISTS {schema}"
+SET_SEARCH_PATH = "SET LOCAL search_path TO {schema}, public"
+# Two processes migrating the same schema at once: the second waits, then finds nothing to do.
+MIGRATION_LOCK = "SELECT pg_advisory_xact_lock(hashtext('outbox.migrate'), hashtext(%s))"
+MIGRATIONS_APPLIED = "SELECT version, name, checksum FROM {schema}.schema_migrations"
+MIGRATION_RECORD = """
+INSERT INTO {schema}.schema_migrations (version, name, checksum) VALUES (%s, %s, %s)
+"""

@@ -1,0 +1,61 @@
+"""Settings read from the environment (pydantic-settings), each with a default.
+
+``OUTBOX_DATABASE_URL`` falls back to ``DATABASE_URL``, then to the local server.
+Worker-only settings live in :mod:`delivery.settings`, which extends this class.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_DATABASE_URL = "postgresql://127.0.0.1:5432/postgres"
+_SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+class Settings(BaseSettings):
+    """What both the emitting app and the CLI need."""
+
+    model_config = SettingsConfigDict(env_prefix="OUTBOX_", extra="ignore")
+
+    database_url: str = Field(
+        default=DEFAULT_DATABASE_URL,
+        validation_alias=AliasChoices("OUTBOX_DATABASE_URL", "DATABASE_URL"),
+    )
+    schema_name: str = Field(
+        default="outbox", validation_alias=AliasChoices("OUTBOX_SCHEMA", "schema_name")
+    )
+    max_payload_bytes: int = Field(default=1024 * 1024, gt=0)
+    # psycopg prepares a statement after it ran this many times; None disables
+    # preparation (needed behind PgBouncer in transaction mode).
+    prepare_threshold: int | None = Field(default=5, ge=0)
+
+    @field_validator("schema_name")
+    @classmethod
+    def _check_schema(cls, value: str) -> str:
+        if not _SCHEMA_RE.match(value):
+            raise ValueError("OUTBOX_SCHEMA must be a lowercase SQL identifier, e.g. 'outbox'")
+        return value
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """Settings from the environment, read once per process."""
+    return Settings()
+
+
+def mask_url(url: str) -> str:
+    """The URL with any password replaced by ``***``, for error messages and logs."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable database URL>"
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[-1]}"))
