@@ -29,6 +29,8 @@ from enum import StrEnum
 import httpx
 import tenacity
 
+from delivery.ssrf import ResolutionFailed, blocked_reason
+
 
 class Verdict(StrEnum):
     """The delivery state an attempt leads to."""
@@ -169,6 +171,8 @@ def _exception_class(exc: BaseException, seconds: float) -> tuple[str, str]:
         return "protocol", f"{name}: {exc}"
     if isinstance(exc, httpx.NetworkError):
         return "network", f"{name}: {exc}"
+    if isinstance(exc, ResolutionFailed):
+        return "dns", str(exc)
     if isinstance(exc, httpx.DecodingError):
         return "decoding", f"{name}: {exc}"
     if isinstance(exc, httpx.TransportError):
@@ -179,8 +183,9 @@ def _exception_class(exc: BaseException, seconds: float) -> tuple[str, str]:
 def classify_exception(exc: BaseException, duration_ms: float) -> AttemptResult:
     """Classify an attempt that ended in an exception before a status was received.
 
-    Always RETRY (``max_attempts`` bounds a permanent fault); never raises. Mapping over
-    httpx 0.28's tree::
+    RETRY (``max_attempts`` bounds a permanent fault), except a refusal by the SSRF guard
+    (:class:`~delivery.ssrf.BlockedAddress` anywhere in the cause chain): DEAD "ssrf".
+    Never raises. Mapping over httpx 0.28's tree::
 
         TransportError
         ├── TimeoutException                    "timeout"  (also builtin TimeoutError)
@@ -192,14 +197,20 @@ def classify_exception(exc: BaseException, duration_ms: float) -> AttemptResult:
         │   └── LocalProtocolError, RemoteProtocolError
         └── ProxyError, UnsupportedProtocol     "transport"
         DecodingError                           "decoding"
+        ssrf.ResolutionFailed                   "dns"
         anything else                           "internal" (error names the type)
 
     ``TooManyRedirects`` cannot occur (redirects are never followed) and would be
     "internal". ``error`` is one line, at most 300 characters.
     """
-    verdict_class, message = _exception_class(exc, duration_ms / 1000.0)
+    blocked = blocked_reason(exc)
+    if blocked is not None:  # the SSRF guard: permanent until the URL or allowlist changes
+        verdict, verdict_class, message = Verdict.DEAD, "ssrf", blocked
+    else:
+        verdict = Verdict.RETRY
+        verdict_class, message = _exception_class(exc, duration_ms / 1000.0)
     return AttemptResult(
-        verdict=Verdict.RETRY,
+        verdict=verdict,
         status_code=None,
         duration_ms=duration_ms,
         error_class=verdict_class,

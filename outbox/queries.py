@@ -86,13 +86,26 @@ ENDPOINT_LIST = "SELECT" + _ENDPOINT_COLUMNS + "FROM {schema}.endpoints ORDER BY
 
 ENDPOINT_GET = "SELECT" + _ENDPOINT_COLUMNS + "FROM {schema}.endpoints WHERE id = %s"
 
+# Disabling parks the endpoint's idle pending deliveries (visible_at = infinity) so claims
+# skip them at no cost; enabling makes parked ones due at once. Leased rows finish normally.
 ENDPOINT_SET_ENABLED = (
     """
-UPDATE {schema}.endpoints
-   SET enabled = %(enabled)s, disabled_reason = %(reason)s, updated_at = now()
- WHERE id = %(id)s
-RETURNING"""
+WITH ep AS (
+    UPDATE {schema}.endpoints
+       SET enabled = %(enabled)s, disabled_reason = %(reason)s, updated_at = now()
+     WHERE id = %(id)s
+    RETURNING"""
     + _ENDPOINT_COLUMNS
+    + """),
+parked AS (
+    UPDATE {schema}.deliveries d
+       SET visible_at = CASE WHEN %(enabled)s THEN now() ELSE 'infinity' END
+      FROM ep
+     WHERE d.endpoint_id = ep.id AND d.state = 'pending'
+       AND CASE WHEN %(enabled)s THEN d.visible_at = 'infinity'
+                ELSE d.visible_at <= now() OR d.lease_token IS NULL END)
+SELECT * FROM ep
+"""
 )
 
 # --- migrations -------------------------------------------------------------------------

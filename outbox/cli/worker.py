@@ -1,1 +1,59 @@
-"""``outbox worker``: placeholder until the delivery worker lands."""
+"""``outbox worker``: the delivery process (needs the ``worker`` extra)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+import click
+from pydantic import ValidationError
+
+from outbox.cli import Context, cli, pass_ctx
+from outbox.errors import ConfigurationError
+
+
+@cli.command()
+@click.option("--drain", is_flag=True,
+              help="Exit once nothing is due (future retries are left for a later run).")
+@click.option("--concurrency", type=click.IntRange(1, 10_000), default=None,
+              help="Most requests in flight in this process (default: $OUTBOX_CONCURRENCY=100).")
+@click.option("--log-level", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@pass_ctx
+def worker(ctx: Context, drain: bool, concurrency: int | None, log_level: str) -> None:
+    """Deliver pending webhooks: claim, sign, POST, record; retry with backoff.
+
+    Run as many processes as you like, on as many hosts: they share the work through
+    FOR UPDATE SKIP LOCKED. SIGTERM or Ctrl-C stops claiming, lets in-flight requests
+    finish within $OUTBOX_SHUTDOWN_GRACE_SECONDS, and exits 0.
+
+    \b
+    Examples:
+      outbox worker
+      outbox worker --concurrency 200
+      outbox worker --drain          # deliver what is due now, then exit
+    """
+    try:
+        from delivery.runner import run_worker
+        from delivery.settings import WorkerSettings
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"the worker needs extra packages ({exc.name}): pip install 'outbox[worker]'"
+        ) from None
+    overrides = dict(ctx.overrides)
+    if concurrency:
+        overrides["concurrency"] = concurrency
+    try:
+        settings = WorkerSettings(**overrides)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "settings"
+        raise ConfigurationError(f"invalid worker setting {where}: {first['msg']}") from None
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    stats = asyncio.run(run_worker(settings, drain=drain, signals=(signal.SIGTERM,
+                                                                     signal.SIGINT)))
+    click.echo(" ".join(f"{k}={v}" for k, v in stats.items()), err=True)

@@ -12,6 +12,7 @@ from email.utils import format_datetime
 import httpx
 import pytest
 import respx
+from httpx_aiohttp import AiohttpTransport
 
 from delivery.outcome import AttemptResult, Verdict
 from delivery.sender import DEFAULT_BODY_CAP, make_client, send
@@ -23,7 +24,7 @@ TIMEOUT = httpx.Timeout(5.0, connect=2.0)
 
 
 async def _send(total_timeout: float = 5.0, body_cap: int = DEFAULT_BODY_CAP) -> AttemptResult:
-    async with make_client() as client:
+    async with httpx.AsyncClient(trust_env=False) as client:
         return await send(
             client,
             URL,
@@ -247,10 +248,11 @@ def test_make_client_ignores_environment_proxies(monkeypatch: pytest.MonkeyPatch
             assert client.trust_env is False
             assert client.follow_redirects is False
             assert client._mounts == {}
-            pool = client._transport._pool  # type: ignore[attr-defined]
-            assert pool._max_connections == 7
-            assert pool._max_keepalive_connections == 7
-            assert pool._http1 is True
-            assert pool._http2 is False
+            transport = client._transport
+            assert isinstance(transport, AiohttpTransport)
+            session = transport.get_client()
+            assert session.trust_env is False
+            assert session.connector is not None and session.connector.limit == 7
+            await session.close()
 
     asyncio.run(check())

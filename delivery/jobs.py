@@ -1,0 +1,59 @@
+"""What a worker holds between claim and completion."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One claimed delivery: the lease token fences its completion."""
+
+    delivery_id: int
+    attempt: int
+    token: uuid.UUID
+    event_id: uuid.UUID
+    event_type: str
+    payload: str
+    emitted_at: dt.datetime
+    endpoint_id: uuid.UUID
+    url: str
+    enabled: bool
+    secret: str
+    previous_secret: str | None
+    headers: dict[str, str]
+    max_attempts: int | None
+    retry_base_seconds: float | None
+    retry_cap_seconds: float | None
+    timeout_seconds: float | None
+
+    @property
+    def webhook_id(self) -> str:
+        """The id receivers deduplicate on: the event id, stable across retries and replays."""
+        return str(self.event_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """The recorded result of one attempt (a row of the batched completion statement).
+
+    ``state`` is the delivery's next state; ``delay`` (seconds, ``inf`` = parked until the
+    endpoint is enabled) applies to ``pending``; ``refund`` undoes the attempt count of a
+    claim that sent nothing (disabled endpoint).
+    """
+
+    delivery_id: int
+    token: uuid.UUID
+    state: str
+    delay: float
+    refund: int
+    status: int | None
+    error: str | None
+    outcome: str
+    attempt: int
+    duration_ms: float
+    error_class: str | None
+    excerpt: str | None
+    gone_endpoint: uuid.UUID | None = None

@@ -1,0 +1,79 @@
+"""Every SQL statement of the ``delivery`` package. ``{schema}`` is the quoted schema."""
+
+from __future__ import annotations
+
+# Claim up to %(limit)s due deliveries and lease them: visible_at moves to now() + lease,
+# so a crashed worker's rows come back once the lease expires (no reaper, no heartbeat).
+# MATERIALIZED keeps the planner from locking more rows than the LIMIT (bug #15715).
+CLAIM = """
+WITH due AS MATERIALIZED (
+    SELECT id FROM {schema}.deliveries
+     WHERE state = 'pending' AND visible_at <= now()
+     ORDER BY visible_at
+     LIMIT %(limit)s
+     FOR UPDATE SKIP LOCKED),
+claimed AS (
+    UPDATE {schema}.deliveries d
+       SET visible_at = now() + make_interval(secs => %(lease)s),
+           attempts = d.attempts + 1,
+           lease_token = %(token)s
+      FROM due
+     WHERE d.id = due.id
+    RETURNING d.id, d.event_id, d.endpoint_id, d.attempts)
+SELECT c.id, c.attempts, c.event_id, ev.type, ev.payload::text, ev.created_at,
+       ep.id, ep.url, ep.enabled, ep.secret,
+       CASE WHEN ep.previous_secret_expires_at > now() THEN ep.previous_secret END,
+       ep.headers, ep.max_attempts, ep.retry_base_seconds, ep.retry_cap_seconds,
+       ep.timeout_seconds
+  FROM claimed c
+  JOIN {schema}.events ev ON ev.id = c.event_id
+  JOIN {schema}.endpoints ep ON ep.id = c.endpoint_id
+"""
+
+# Record many attempts in one statement. Fenced: a row is updated only while it still
+# carries the lease token of the claim that sent it, so a late result after a re-claim
+# changes nothing (its attempt is logged as 'fenced'). 410 Gone disables the endpoint.
+COMPLETE = """
+WITH r AS (
+    SELECT * FROM unnest(
+        %(ids)s::bigint[], %(tokens)s::uuid[], %(states)s::text[], %(delays)s::float8[],
+        %(refunds)s::int[], %(statuses)s::int[], %(errors)s::text[], %(outcomes)s::text[],
+        %(attempts)s::int[], %(durations)s::float8[], %(classes)s::text[],
+        %(excerpts)s::text[])
+      AS r(id, token, state, delay, refund, status, error, outcome, attempt, duration,
+           error_class, excerpt)),
+upd AS (
+    UPDATE {schema}.deliveries d
+       SET state = r.state,
+           visible_at = CASE
+               WHEN r.state <> 'pending' THEN d.visible_at
+               WHEN r.delay = 'Infinity' THEN 'infinity'::timestamptz
+               ELSE now() + make_interval(secs => r.delay) END,
+           attempts = d.attempts - r.refund,
+           lease_token = NULL,
+           last_status = COALESCE(r.status, d.last_status),
+           last_error = CASE WHEN r.refund = 1 THEN d.last_error ELSE r.error END,
+           finished_at = CASE WHEN r.state = 'pending' THEN NULL ELSE now() END
+      FROM r
+     WHERE d.id = r.id AND d.lease_token = r.token AND d.state = 'pending'
+    RETURNING d.id),
+gone AS (
+    UPDATE {schema}.endpoints
+       SET enabled = false, disabled_reason = 'receiver answered 410 Gone', updated_at = now()
+     WHERE id = ANY (%(gone)s::uuid[]) AND enabled),
+log AS (
+    INSERT INTO {schema}.delivery_attempts
+        (delivery_id, attempt, outcome, status_code, duration_ms, error_class, error,
+         response_excerpt, worker)
+    SELECT r.id, r.attempt, CASE WHEN upd.id IS NULL THEN 'fenced' ELSE r.outcome END,
+           r.status, r.duration, r.error_class, r.error, r.excerpt, %(worker)s
+      FROM r LEFT JOIN upd ON upd.id = r.id
+     WHERE r.refund = 0)
+SELECT count(*) FROM upd
+"""
+
+# Is anything due now? (drain mode's exit test)
+ANY_DUE = """
+SELECT EXISTS (SELECT 1 FROM {schema}.deliveries
+                WHERE state = 'pending' AND visible_at <= now())
+"""

@@ -1,0 +1,32 @@
+"""Process-level wiring for ``outbox worker``: HTTP client, signals, the loop."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Iterable
+
+from delivery.pinning import GuardedResolver
+from delivery.sender import make_client
+from delivery.settings import WorkerSettings
+from delivery.ssrf import parse_networks
+from delivery.worker import Worker
+
+
+async def run_worker(
+    settings: WorkerSettings, *, drain: bool = False, signals: Iterable[signal.Signals] = ()
+) -> dict[str, int]:
+    """Run one worker until stopped (by a signal in ``signals``) or drained; its counters."""
+    resolver = GuardedResolver(parse_networks(settings.allow_networks),
+                               timeout=settings.connect_timeout_seconds)
+    async with make_client(max_connections=settings.concurrency, resolver=resolver) as client:
+        worker = Worker(settings, client)
+        loop = asyncio.get_running_loop()
+        for sig in signals:
+            loop.add_signal_handler(sig, worker.stop)
+        try:
+            await worker.run(drain=drain)
+        finally:
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+    return worker.stats

@@ -1,0 +1,64 @@
+"""Worker settings (pydantic-settings, ``OUTBOX_*`` environment variables).
+
+Default retry schedule: full-jitter exponential backoff, base 60 s, cap 8 h, 15 attempts.
+The 14 waits have windows 1, 2, 4, ... 256 min, then 8 h five times: at most 48.5 h in
+all, 24.3 h expected (full jitter halves the window on average) -- about a day.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from pydantic import Field, field_validator, model_validator
+
+from outbox.settings import Settings
+
+
+def _default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class WorkerSettings(Settings):
+    """What ``outbox worker`` needs on top of :class:`outbox.settings.Settings`."""
+
+    lease_seconds: float = Field(default=60.0, gt=0, le=3600)
+    http_timeout_seconds: float = Field(default=15.0, gt=0, le=600)
+    connect_timeout_seconds: float = Field(default=5.0, gt=0, le=600)
+    retry_base_seconds: float = Field(default=60.0, gt=0)
+    retry_cap_seconds: float = Field(default=8 * 3600.0, gt=0)
+    retry_after_max_seconds: float = Field(default=3600.0, ge=0)
+    max_attempts: int = Field(default=15, ge=1, le=100)
+    poll_interval_seconds: float = Field(default=0.25, gt=0, le=60)
+    concurrency: int = Field(default=100, ge=1, le=10_000)
+    batch_size: int = Field(default=100, ge=1, le=10_000)
+    shutdown_grace_seconds: float = Field(default=10.0, ge=0)
+    response_body_cap: int = Field(default=16 * 1024, ge=0)
+    allow_networks: str = ""
+    user_agent: str = "outbox-webhooks/0.1"
+    worker_id: str = Field(default_factory=_default_worker_id)
+
+    @field_validator("allow_networks")
+    @classmethod
+    def _check_networks(cls, value: str) -> str:
+        from delivery.ssrf import parse_networks
+
+        parse_networks(value)  # ValueError names the bad item
+        return value
+
+    @model_validator(mode="after")
+    def _timeout_below_lease(self) -> WorkerSettings:
+        if self.http_timeout_seconds >= self.lease_seconds:
+            raise ValueError(
+                f"OUTBOX_HTTP_TIMEOUT_SECONDS ({self.http_timeout_seconds:g}) must be below "
+                f"OUTBOX_LEASE_SECONDS ({self.lease_seconds:g}): a request still running when "
+                "its lease expires would be delivered twice"
+            )
+        if self.retry_base_seconds > self.retry_cap_seconds:
+            raise ValueError("OUTBOX_RETRY_BASE_SECONDS must not exceed OUTBOX_RETRY_CAP_SECONDS")
+        return self
+
+    def endpoint_timeout(self, requested: float | None) -> float:
+        """An endpoint's HTTP timeout, kept below the lease whatever the endpoint asks."""
+        timeout = requested or self.http_timeout_seconds
+        return min(timeout, self.lease_seconds * 0.9)

@@ -1,0 +1,143 @@
+"""The worker's database side: claim and batched completion over a connection pool.
+
+Each call is its own short autocommit transaction: the claim commits before any HTTP
+request starts, and no transaction is ever open across an HTTP call. Connection-level
+failures (server restart, network) are retried with jittered exponential backoff for as
+long as the worker runs; they are logged, never fatal.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import psycopg
+import tenacity
+from psycopg_pool import AsyncConnectionPool
+
+from delivery import queries
+from delivery.jobs import Completion, Job
+from delivery.settings import WorkerSettings
+from outbox.db import render, translated
+
+log = logging.getLogger("outbox.worker")
+T = TypeVar("T")
+
+
+def _log_retry(state: tenacity.RetryCallState) -> None:
+    exc = state.outcome.exception() if state.outcome else None
+    wait = state.next_action.sleep if state.next_action else 0.0
+    first = str(exc).strip().splitlines()[0] if exc and str(exc).strip() else type(exc).__name__
+    log.warning("database unavailable (%s); retry %d in %.1fs", first, state.attempt_number,
+                wait)
+
+
+class Store:
+    """Claim and complete deliveries; owns the connection pool."""
+
+    def __init__(self, settings: WorkerSettings, *, pool_size: int = 4) -> None:
+        self.settings = settings
+        self._claim_sql = render(queries.CLAIM, settings.schema_name)
+        self._complete_sql = render(queries.COMPLETE, settings.schema_name)
+        self._any_due_sql = render(queries.ANY_DUE, settings.schema_name)
+        self.pool = AsyncConnectionPool(
+            settings.database_url, min_size=1, max_size=pool_size, open=False,
+            kwargs={"autocommit": True, "prepare_threshold": settings.prepare_threshold},
+            check=AsyncConnectionPool.check_connection, timeout=10.0,
+            reconnect_timeout=365 * 86400.0,
+        )
+        self.stopping: Callable[[], bool] = lambda: False
+
+    async def open(self) -> None:
+        await self.pool.open(wait=False)
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    async def _retrying(self, op: Callable[[], Awaitable[T]]) -> T:
+        """Run ``op``, retrying connection failures until it succeeds or the worker stops."""
+        retryer = tenacity.AsyncRetrying(
+            retry=tenacity.retry_if_exception(
+                lambda e: isinstance(e, psycopg.OperationalError) and not self.stopping()
+            ),
+            wait=tenacity.wait_exponential_jitter(multiplier=0.2, max=5.0, jitter=0.5),
+            before_sleep=_log_retry,
+            reraise=True,
+        )
+        try:
+            return await retryer(op)
+        except psycopg.OperationalError:
+            raise
+        except psycopg.Error:
+            with translated():  # e.g. SchemaMissing: fatal, with a one-line reason
+                raise
+
+    async def claim(self, limit: int) -> list[Job]:
+        """Lease up to ``limit`` due deliveries (committed before returning)."""
+        token = uuid.uuid4()
+        params = {"limit": limit, "lease": self.settings.lease_seconds, "token": token}
+
+        async def op() -> list[tuple[Any, ...]]:
+            async with self.pool.connection() as conn:
+                cur = await conn.execute(self._claim_sql, params)
+                return await cur.fetchall()
+
+        return [_job(row, token) for row in await self._retrying(op)]
+
+    async def complete(self, done: Sequence[Completion]) -> int:
+        """Record ``done`` in one statement; returns how many were not fenced out."""
+        params = _completion_params(done, self.settings.worker_id)
+
+        async def op() -> int:
+            async with self.pool.connection() as conn:
+                cur = await conn.execute(self._complete_sql, params)
+                row = await cur.fetchone()
+                return int(row[0]) if row else 0
+
+        return await self._retrying(op)
+
+    async def any_due(self) -> bool:
+        async def op() -> bool:
+            async with self.pool.connection() as conn:
+                row = await (await conn.execute(self._any_due_sql)).fetchone()
+                return bool(row and row[0])
+
+        return await self._retrying(op)
+
+
+def _job(row: tuple[Any, ...], token: uuid.UUID) -> Job:
+    (delivery_id, attempt, event_id, event_type, payload, emitted_at, endpoint_id, url,
+     enabled, secret, previous, headers, max_attempts, base, cap, timeout) = row
+    return Job(
+        delivery_id=delivery_id, attempt=attempt, token=token, event_id=event_id,
+        event_type=event_type, payload=payload, emitted_at=emitted_at,
+        endpoint_id=endpoint_id, url=url, enabled=enabled, secret=secret,
+        previous_secret=previous, headers=dict(headers or {}), max_attempts=max_attempts,
+        retry_base_seconds=base, retry_cap_seconds=cap, timeout_seconds=timeout,
+    )
+
+
+def _completion_params(done: Sequence[Completion], worker: str) -> dict[str, Any]:
+    return {
+        "ids": [c.delivery_id for c in done],
+        "tokens": [c.token for c in done],
+        "states": [c.state for c in done],
+        "delays": [c.delay for c in done],
+        "refunds": [c.refund for c in done],
+        "statuses": [c.status for c in done],
+        "errors": [c.error for c in done],
+        "outcomes": [c.outcome for c in done],
+        "attempts": [c.attempt for c in done],
+        "durations": [c.duration_ms for c in done],
+        "classes": [c.error_class for c in done],
+        "excerpts": [_clean(c.excerpt) for c in done],
+        "gone": list({c.gone_endpoint for c in done if c.gone_endpoint}),
+        "worker": worker,
+    }
+
+
+def _clean(text: str | None) -> str | None:
+    """PostgreSQL text cannot hold NUL; a receiver's body may."""
+    return text.replace("\x00", "\ufffd") if text else text

@@ -1,0 +1,163 @@
+"""The delivery loop: claim -> signed POST -> batched completion.
+
+Guarantees:
+
+- At-least-once: a delivery leaves ``pending`` only through a recorded completion. A
+  worker that crashes (even SIGKILL) leaves its claimed rows pending with ``visible_at``
+  at the end of their lease; any worker reclaims them after it. The receiver may then
+  see a ``webhook-id`` twice; it never sees one never.
+- No transaction is held across HTTP: the claim commits first; results are recorded
+  later in one fenced statement per flush (see :mod:`delivery.queries`).
+- At most ``concurrency`` requests in flight per process; claims are sized to the free
+  capacity, never larger.
+- ``stop()`` (SIGTERM/SIGINT): claims stop at once; in-flight requests get
+  ``shutdown_grace_seconds`` to finish and be recorded; the rest are cancelled and come
+  back after their lease. ``run`` then returns normally.
+- A database outage is logged and waited out with backoff; the worker neither exits nor
+  spins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+import httpx
+
+from delivery.jobs import Completion, Job
+from delivery.policy import decide, park
+from delivery.request import build_headers
+from delivery.sender import send
+from delivery.settings import WorkerSettings
+from delivery.store import Store
+
+log = logging.getLogger("outbox.worker")
+FLUSH_MAX = 500
+
+
+class Worker:
+    """One process's delivery loop. Create, then ``await run()``; ``stop()`` ends it."""
+
+    def __init__(self, settings: WorkerSettings, client: httpx.AsyncClient,
+                 store: Store | None = None) -> None:
+        self.settings = settings
+        self.client = client
+        self.store = store or Store(settings)
+        self._stopped = asyncio.Event()
+        self.store.stopping = self._stopped.is_set
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._done: list[Completion] = []
+        self._have_done = asyncio.Event()
+        self._wake = asyncio.Event()
+        self.stats = {"claimed": 0, "delivered": 0, "retry": 0, "dead": 0, "fenced": 0}
+
+    def stop(self) -> None:
+        """Stop claiming; ``run`` finishes in-flight work within the grace period."""
+        if not self._stopped.is_set():
+            log.info("stopping: no new claims; %d in flight", len(self._inflight))
+        self._stopped.set()
+        self._wake.set()
+
+    async def run(self, *, drain: bool = False) -> None:
+        """Deliver until ``stop()``; with ``drain``, also return once nothing is due."""
+        await self.store.open()
+        flusher = asyncio.create_task(self._flush_loop(), name="outbox-flush")
+        try:
+            await self._claim_loop(drain)
+            await self._finish_inflight()
+        finally:
+            self._stopped.set()
+            self._have_done.set()
+            with contextlib.suppress(asyncio.CancelledError):
+                await flusher
+            await self.store.close()
+
+    async def _claim_loop(self, drain: bool) -> None:
+        cfg = self.settings
+        while not self._stopped.is_set():
+            free = cfg.concurrency - len(self._inflight)
+            if free <= 0:
+                await self._wait(None)
+                continue
+            jobs = await self.store.claim(min(free, cfg.batch_size))
+            self.stats["claimed"] += len(jobs)
+            for job in jobs:
+                task = asyncio.create_task(self._deliver(job))
+                self._inflight.add(task)
+                task.add_done_callback(self._task_done)
+            if jobs and len(jobs) == min(free, cfg.batch_size):
+                continue  # more may be due: claim again at once
+            idle = not jobs and not self._inflight and not self._done
+            if drain and idle and not await self.store.any_due():
+                return
+            await self._wait(cfg.poll_interval_seconds)
+
+    async def _wait(self, timeout: float | None) -> None:
+        """Sleep until a slot frees, the poll interval passes, or stop() is called."""
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._wake.wait()
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._inflight.discard(task)
+        self._wake.set()
+        if not task.cancelled() and task.exception() is not None:
+            log.error("delivery task failed", exc_info=task.exception())
+
+    async def _deliver(self, job: Job) -> None:
+        if not job.enabled:
+            self._record(park(job))
+            return
+        body = job.payload.encode()
+        headers = build_headers(job, body, user_agent=self.settings.user_agent,
+                                timestamp=int(time.time()))
+        total = self.settings.endpoint_timeout(job.timeout_seconds)
+        timeout = httpx.Timeout(total, connect=min(total, self.settings.connect_timeout_seconds))
+        result = await send(self.client, job.url, body, headers, timeout=timeout,
+                            total_timeout=total, body_cap=self.settings.response_body_cap)
+        self._record(decide(job, result, self.settings))
+
+    def _record(self, done: Completion) -> None:
+        self._done.append(done)
+        self._have_done.set()
+
+    async def _flush_loop(self) -> None:
+        """Record completions in batches: one statement per flush, however many."""
+        while True:
+            await self._have_done.wait()
+            self._have_done.clear()
+            while self._done:
+                batch, self._done = self._done[:FLUSH_MAX], self._done[FLUSH_MAX:]
+                try:
+                    applied = await self.store.complete(batch)
+                except Exception:
+                    if not self._stopped.is_set():
+                        raise
+                    log.exception("could not record %d results while stopping: they will be"
+                                  " delivered again after their lease", len(batch))
+                    continue
+                self._count(batch, applied)
+            if self._stopped.is_set() and not self._inflight:
+                return
+
+    def _count(self, batch: list[Completion], applied: int) -> None:
+        for c in batch:
+            key = {"delivered": "delivered", "dead": "dead"}.get(c.state, "retry")
+            if c.outcome != "parked":
+                self.stats[key] += 1
+        self.stats["fenced"] += len(batch) - applied
+
+    async def _finish_inflight(self) -> None:
+        if not self._inflight:
+            return
+        grace = self.settings.shutdown_grace_seconds
+        _done, pending = await asyncio.wait(set(self._inflight), timeout=grace)
+        for task in pending:
+            task.cancel()
+        if pending:
+            log.warning("%d deliveries still in flight after %.0fs grace: left to their lease",
+                        len(pending), grace)
+            await asyncio.gather(*pending, return_exceptions=True)

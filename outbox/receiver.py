@@ -1,0 +1,439 @@
+"""A real, stdlib-only HTTP webhook receiver for demos and tests (not for production).
+
+``outbox demo`` and the delivery-worker integration tests point endpoints at a
+:class:`Receiver`; ``python -m outbox.receiver --port 8080 --secret whsec_...`` runs one
+standalone and prints ``<webhook-id> <type> signature=ok|bad|unchecked`` per request.
+
+What it guarantees
+    * Every request whose body was read completely is recorded exactly once, in arrival
+      order, *before* its scripted response (delay, reset, hang, ...) is carried out; a
+      request that arrives after :meth:`Receiver.stop` began is closed unrecorded.
+    * Recording is thread-safe; :meth:`Receiver.wait_for` sleeps on a condition variable.
+    * ``signature_ok`` is the verdict of :func:`outbox.signing.verify` (default 300 s
+      tolerance) with the secret for the request path, or ``None`` when none is known.
+    * HTTP/1.1 keep-alive: every response carries ``Content-Length``; request bodies are
+      read by ``Content-Length`` (chunked uploads are refused with 400). ``stop()``
+      also closes idle keep-alive connections: a pooled client cannot reach a stopped
+      receiver.
+    * Scripts are per path prefix (longest match, on the path without query string):
+      behaviours are consumed in order and the last one repeats.
+
+It is a thread-per-connection test double: no TLS, no auth, no limits beyond a 64 MiB
+request body, every body kept in memory. Do not expose it to untrusted networks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import dataclasses
+import json
+import socket
+import socketserver
+import struct
+import sys
+import threading
+import time
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, cast
+from urllib.parse import urlsplit
+
+from outbox.errors import InvalidEndpoint, InvalidSignature
+from outbox.signing import decode_secret, verify
+
+__all__ = ["Behaviour", "Received", "Receiver", "main"]
+
+MAX_REQUEST_BODY = 64 * 1024 * 1024
+TRICKLE_LENGTH = 1024 * 1024  # announced Content-Length of a trickled body
+_MIB = 1024 * 1024
+_GARBAGE = b"\x00\xff\xfeTHIS IS NOT HTTP\r\n\x1b[31m\x00garbage\r\n\r\n"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Behaviour:
+    """One scripted answer. Hostile fields win over the plain answer, checked in order:
+    ``reset`` > ``garbage`` > ``hang`` > ``redirect_to`` > ``trickle`` > ``gzip_bomb_mb``.
+    ``delay`` applies to all of them. ``Content-Length`` in ``headers`` is ignored."""
+
+    status: int = 200
+    delay: float = 0.0
+    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    body: bytes = b""
+    redirect_to: str | None = None  # 302 (or ``status`` if 3xx) with Location
+    trickle: float | None = None  # seconds per body byte of a TRICKLE_LENGTH body
+    reset: bool = False  # close with SO_LINGER 0: the client sees a TCP RST
+    hang: bool = False  # never answer; closed when the receiver stops
+    gzip_bomb_mb: int | None = None  # gzip body inflating to this many MiB of zeros
+    garbage: bool = False  # write non-HTTP bytes, then close
+
+    def __post_init__(self) -> None:
+        if not 100 <= self.status <= 999 or self.delay < 0:
+            raise ValueError(f"need 100 <= status <= 999 and delay >= 0, got {self!r}")
+        if (self.trickle is not None and self.trickle <= 0) or (self.gzip_bomb_mb or 1) < 1:
+            raise ValueError(f"need trickle > 0 and gzip_bomb_mb >= 1, got {self!r}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Received:
+    """One recorded request. ``headers`` has lower-cased names (last duplicate wins);
+    ``path`` is the request target as sent (query included); ``at`` is ``time.time()``
+    when the body had been read; ``timestamp`` is the parsed ``webhook-timestamp``."""
+
+    path: str
+    webhook_id: str | None
+    timestamp: int | None
+    signature_ok: bool | None
+    body: bytes
+    headers: dict[str, str]
+    at: float
+
+
+_bomb_lock = threading.Lock()
+_bomb_cache: dict[int, bytes] = {}
+
+
+def gzip_bomb(mib: int) -> bytes:
+    """Gzip bytes inflating to ``mib`` MiB of zeros; compressed chunk by chunk, cached."""
+    with _bomb_lock:
+        if mib not in _bomb_cache:
+            compressor = zlib.compressobj(9, zlib.DEFLATED, 31)  # wbits 31: gzip container
+            zeros = bytes(_MIB)
+            parts = [compressor.compress(zeros) for _ in range(mib)]
+            parts.append(compressor.flush())
+            _bomb_cache[mib] = b"".join(parts)
+        return _bomb_cache[mib]
+
+
+def _longest_prefix(path: str, prefixes: Mapping[str, Any]) -> str | None:
+    matches = [prefix for prefix in prefixes if path.startswith(prefix)]
+    return max(matches, key=len) if matches else None
+
+
+def _parse_timestamp(raw: str | None) -> int | None:
+    try:
+        return int(float(raw)) if raw is not None else None
+    except (ValueError, OverflowError):
+        return None
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], receiver: Receiver) -> None:
+        self.receiver = receiver
+        self.connections: set[socket.socket] = set()
+        self.connections_lock = threading.Lock()
+        super().__init__(address, _Handler)
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind resolves the FQDN, which can stall on reverse DNS.
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name, self.server_port = str(host), int(port)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self.connections_lock:
+            self.connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self.connections_lock:
+            self.connections.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        with self.connections_lock:
+            open_now = list(self.connections)
+        for conn in open_now:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], OSError):
+            return  # clients vanishing mid-request is routine here
+        super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "outbox-test-receiver"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _handle(self) -> None:
+        receiver = cast(_Server, self.server).receiver
+        if receiver.stopping.is_set():
+            self.close_connection = True
+            return
+        try:
+            body = self._read_body()
+            if body is None:
+                return
+            behaviour = receiver._record(self.path, dict(self.headers.items()), body)
+            if behaviour.delay and receiver.stopping.wait(behaviour.delay):
+                self.close_connection = True
+                return
+            self._respond(behaviour, receiver.stopping)
+        except OSError:
+            self.close_connection = True
+
+    do_POST = do_PUT = do_PATCH = do_GET = do_DELETE = _handle
+
+    def _read_body(self) -> bytes | None:
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if "Transfer-Encoding" in self.headers or not 0 <= length <= MAX_REQUEST_BODY:
+            self.send_error(413 if length > MAX_REQUEST_BODY else 400, "need a Content-Length")
+            self.close_connection = True
+            return None
+        return self.rfile.read(length)
+
+    def _respond(self, b: Behaviour, stopping: threading.Event) -> None:
+        if b.reset:
+            self._reset()
+        elif b.garbage:
+            self.wfile.write(_GARBAGE)
+            self.close_connection = True
+        elif b.hang:
+            stopping.wait()
+            self.close_connection = True
+        elif b.redirect_to is not None:
+            status = b.status if 300 <= b.status < 400 else 302
+            self._send(status, {**b.headers, "Location": b.redirect_to}, b.body)
+        elif b.trickle is not None:
+            self._trickle(b, b.trickle, stopping)
+        elif b.gzip_bomb_mb is not None:
+            headers = {"Content-Type": "application/json", **b.headers, "Content-Encoding": "gzip"}
+            self._send(b.status, headers, gzip_bomb(b.gzip_bomb_mb))
+        else:
+            self._send(b.status, b.headers, b.body)
+
+    def _send(self, status: int, headers: Mapping[str, str], body: bytes) -> None:
+        self._start(status, headers, len(body))
+        self.wfile.write(body)
+
+    def _start(self, status: int, headers: Mapping[str, str], length: int) -> None:
+        self.send_response(status)
+        for name, value in headers.items():
+            if name.lower() != "content-length":
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(length))
+        self.end_headers()
+
+    def _trickle(self, b: Behaviour, seconds: float, stopping: threading.Event) -> None:
+        self._start(b.status, b.headers, TRICKLE_LENGTH)
+        self.close_connection = True  # the body is never completed
+        for _ in range(TRICKLE_LENGTH):
+            self.wfile.write(b" ")
+            if stopping.wait(seconds):
+                return
+
+    def _reset(self) -> None:
+        self.close_connection = True
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.rfile.close()  # drop the makefile reference so close() really closes (RST)
+        self.connection.close()
+
+
+class Receiver:
+    """Record webhooks on ``http://127.0.0.1:<port>`` from a daemon thread (see module).
+
+    ``secret`` is one secret for every path, or a mapping of path prefix to secret
+    (longest prefix wins). ``on_receive`` runs in the handler thread after recording.
+    """
+
+    def __init__(
+        self,
+        port: int = 0,
+        *,
+        secret: str | Mapping[str, str] | None = None,
+        host: str = "127.0.0.1",
+        default: Behaviour | None = None,
+        on_receive: Callable[[Received], None] | None = None,
+    ) -> None:
+        self._secrets = {"": secret} if isinstance(secret, str) else dict(secret or {})
+        for value in self._secrets.values():
+            decode_secret(value)  # refuse a malformed secret now, not per request
+        self._host = host
+        self._default = default or Behaviour()
+        self._on_receive = on_receive
+        self._cond = threading.Condition()
+        self._records: list[Received] = []
+        self._counts: collections.Counter[str] = collections.Counter()
+        self._scripts: dict[str, tuple[list[Behaviour], int]] = {}
+        self.stopping = threading.Event()
+        self._server = _Server((host, port), self)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+            name=f"outbox-receiver-{self.port}", daemon=True,
+        )
+        self._thread.start()
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://{self._host}:{self.port}"
+
+    def stop(self) -> None:
+        """Stop serving, end hanging/trickling answers, close every connection. Idempotent."""
+        if self.stopping.is_set():
+            return
+        self.stopping.set()
+        self._server.shutdown()
+        self._server.close_connections()
+        self._server.server_close()
+        self._thread.join()
+        with self._cond:
+            self._cond.notify_all()
+
+    def __enter__(self) -> Receiver:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def script(self, path: str, responses: Sequence[Behaviour]) -> None:
+        """Answer requests under ``path`` with ``responses`` in order; the last repeats.
+        Replaces any script for the same prefix and restarts it."""
+        if not responses:
+            raise ValueError("a script needs at least one Behaviour")
+        with self._cond:
+            self._scripts[path] = (list(responses), 0)
+
+    def set_default(self, behaviour: Behaviour) -> None:
+        """Answer with ``behaviour`` where no script prefix matches."""
+        with self._cond:
+            self._default = behaviour
+
+    def _next_behaviour(self, path: str) -> Behaviour:
+        prefix = _longest_prefix(path, self._scripts)
+        if prefix is None:
+            return self._default
+        responses, position = self._scripts[prefix]
+        self._scripts[prefix] = (responses, position + 1)
+        return responses[min(position, len(responses) - 1)]
+
+    def _check(self, path: str, body: bytes, headers: Mapping[str, str]) -> bool | None:
+        prefix = _longest_prefix(path, self._secrets)
+        if prefix is None:
+            return None
+        try:
+            verify(self._secrets[prefix], body, headers)
+        except InvalidSignature:
+            return False
+        return True
+
+    def _record(self, target: str, raw_headers: Mapping[str, str], body: bytes) -> Behaviour:
+        path = urlsplit(target).path
+        headers = {name.lower(): value for name, value in raw_headers.items()}
+        record = Received(
+            path=target,
+            webhook_id=headers.get("webhook-id"),
+            timestamp=_parse_timestamp(headers.get("webhook-timestamp")),
+            signature_ok=self._check(path, body, headers),
+            body=body,
+            headers=headers,
+            at=time.time(),
+        )
+        with self._cond:
+            self._records.append(record)
+            if record.webhook_id is not None:
+                self._counts[record.webhook_id] += 1
+            behaviour = self._next_behaviour(path)
+            self._cond.notify_all()
+        if self._on_receive is not None:
+            self._on_receive(record)
+        return behaviour
+
+    @property
+    def received(self) -> list[Received]:
+        """Every recorded request so far, in arrival order (a copy)."""
+        with self._cond:
+            return list(self._records)
+
+    def counts(self) -> collections.Counter[str]:
+        """Requests per ``webhook-id`` (requests without one are not counted)."""
+        with self._cond:
+            return collections.Counter(self._counts)
+
+    def duplicates(self) -> dict[str, int]:
+        """``webhook-id`` -> count, for ids received more than once."""
+        with self._cond:
+            return {msg_id: n for msg_id, n in self._counts.items() if n > 1}
+
+    def invalid_signatures(self) -> list[Received]:
+        """Requests whose signature was checked and rejected."""
+        with self._cond:
+            return [r for r in self._records if r.signature_ok is False]
+
+    def wait_for(self, n: int, timeout: float, *, distinct: bool = False) -> bool:
+        """Block until ``n`` requests (``distinct``: ``n`` different webhook-ids) have been
+        recorded; False on timeout or when the receiver stops first."""
+
+        def done() -> bool:
+            got = len(self._counts) if distinct else len(self._records)
+            return got >= n or self.stopping.is_set()
+
+        with self._cond:
+            self._cond.wait_for(done, timeout)
+            return (len(self._counts) if distinct else len(self._records)) >= n
+
+    def clear(self) -> None:
+        """Forget every record (scripts and their positions are kept)."""
+        with self._cond:
+            self._records.clear()
+            self._counts.clear()
+
+
+def _event_type(body: bytes) -> str:
+    try:
+        decoded = json.loads(body)
+    except ValueError:
+        return "-"
+    kind = decoded.get("type") if isinstance(decoded, dict) else None
+    return kind if isinstance(kind, str) else "-"
+
+
+def _print_delivery(record: Received) -> None:
+    verdict = {True: "ok", False: "bad", None: "unchecked"}[record.signature_ok]
+    line = f"{record.webhook_id or '-'} {_event_type(record.body)} signature={verdict}"
+    print(line, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m outbox.receiver``: receive and print webhooks until Ctrl-C."""
+    parser = argparse.ArgumentParser(
+        prog="python -m outbox.receiver",
+        description="Test webhook receiver: prints '<webhook-id> <type> signature=...'.",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="bind address (127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8080, help="port, 0 for any (8080)")
+    parser.add_argument("--secret", help="whsec_... secret to verify signatures with")
+    args = parser.parse_args(argv)
+    try:
+        receiver = Receiver(args.port, secret=args.secret, host=args.host,
+                            on_receive=_print_delivery)
+    except InvalidEndpoint as exc:
+        parser.error(str(exc))
+    except OSError as exc:
+        parser.error(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}")
+    with receiver:
+        print(f"listening on {receiver.url}", file=sys.stderr, flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            threading.Event().wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

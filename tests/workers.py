@@ -1,0 +1,90 @@
+"""Helpers for delivery tests: settings, endpoints, emitting, running workers."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+import outbox
+from delivery.runner import run_worker
+from delivery.settings import WorkerSettings
+from outbox import endpoints as ep
+from tests.pg import SCHEMA
+
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+
+def settings(db_url: str, **overrides: Any) -> WorkerSettings:
+    base: dict[str, Any] = {
+        "database_url": db_url, "schema_name": SCHEMA, "allow_networks": "127.0.0.0/8",
+        "lease_seconds": 5.0, "http_timeout_seconds": 2.0, "poll_interval_seconds": 0.05,
+        "retry_base_seconds": 0.05, "retry_cap_seconds": 0.2, "shutdown_grace_seconds": 2.0,
+    }
+    base.update(overrides)
+    return WorkerSettings(**base)
+
+
+def add_endpoint(db_url: str, url: str, **kwargs: Any) -> uuid.UUID:
+    kwargs.setdefault("secret", SECRET)
+    with psycopg.connect(db_url, autocommit=True) as c:
+        return ep.add(c, url, schema=SCHEMA, **kwargs).endpoint.id
+
+
+def emit(db_url: str, n: int, event_type: str = "test.event") -> list[uuid.UUID]:
+    with psycopg.connect(db_url) as c:
+        ids = outbox.emit_many(c, [outbox.Event(event_type, {"n": i}) for i in range(n)])
+        c.commit()
+    return ids
+
+
+def drain(cfg: WorkerSettings) -> dict[str, int]:
+    """Run one in-process worker until nothing is due."""
+    return asyncio.run(run_worker(cfg, drain=True))
+
+
+def run_until(cfg: WorkerSettings, done: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Run one in-process worker until ``done()`` (checked from a thread) or timeout."""
+
+    async def main() -> None:
+        from delivery.sender import make_client
+        from delivery.worker import Worker
+
+        async with make_client() as client:
+            worker = Worker(cfg, client)
+            task = asyncio.create_task(worker.run())
+            deadline = time.monotonic() + timeout
+            while not await asyncio.to_thread(done):
+                if time.monotonic() > deadline or task.done():
+                    break
+                await asyncio.sleep(0.05)
+            worker.stop()
+            await task
+
+    asyncio.run(main())
+    assert done(), "condition not reached before the timeout"
+
+
+def rows(db_url: str, query: str, params: Any = None) -> list[tuple[Any, ...]]:
+    with psycopg.connect(db_url) as c:
+        return c.execute(query.encode(), params).fetchall()
+
+
+def states(db_url: str) -> dict[str, int]:
+    query = "SELECT state, count(*) FROM outbox.deliveries GROUP BY 1"
+    return {state: n for state, n in rows(db_url, query)}
+
+
+def spawn(db_url: str, *args: str, **env: str) -> subprocess.Popen[bytes]:
+    """An ``outbox worker`` process (the real entry point)."""
+    full = {**os.environ, "OUTBOX_DATABASE_URL": db_url, "OUTBOX_SCHEMA": SCHEMA,
+            "OUTBOX_ALLOW_NETWORKS": "127.0.0.0/8", **env}
+    return subprocess.Popen([sys.executable, "-m", "outbox", "worker", *args], env=full,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
