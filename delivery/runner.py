@@ -6,6 +6,8 @@ import asyncio
 import signal
 from collections.abc import Iterable
 
+import httpx
+
 from delivery.pinning import GuardedResolver
 from delivery.sender import make_client
 from delivery.settings import WorkerSettings
@@ -13,13 +15,18 @@ from delivery.ssrf import parse_networks
 from delivery.worker import Worker
 
 
+def make_worker_client(settings: WorkerSettings) -> httpx.AsyncClient:
+    """The worker's HTTP client, guarded by the SSRF resolver with the configured allowlist."""
+    resolver = GuardedResolver(parse_networks(settings.allow_networks),
+                               timeout=settings.connect_timeout_seconds)
+    return make_client(max_connections=settings.concurrency, resolver=resolver)
+
+
 async def run_worker(
     settings: WorkerSettings, *, drain: bool = False, signals: Iterable[signal.Signals] = ()
 ) -> dict[str, int]:
     """Run one worker until stopped (by a signal in ``signals``) or drained; its counters."""
-    resolver = GuardedResolver(parse_networks(settings.allow_networks),
-                               timeout=settings.connect_timeout_seconds)
-    async with make_client(max_connections=settings.concurrency, resolver=resolver) as client:
+    async with make_worker_client(settings) as client:
         worker = Worker(settings, client)
         loop = asyncio.get_running_loop()
         for sig in signals:

@@ -45,7 +45,7 @@ class Store:
         self.pool = AsyncConnectionPool(
             settings.database_url, min_size=1, max_size=pool_size, open=False,
             kwargs={"autocommit": True, "prepare_threshold": settings.prepare_threshold},
-            check=AsyncConnectionPool.check_connection, timeout=10.0,
+            check=AsyncConnectionPool.check_connection, timeout=2.0,
             reconnect_timeout=365 * 86400.0,
         )
         self.stopping: Callable[[], bool] = lambda: False

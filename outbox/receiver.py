@@ -89,6 +89,7 @@ class Received:
     body: bytes
     headers: dict[str, str]
     at: float
+    answer: int | None = None  # the status it was answered with; None: reset, hang, garbage
 
 
 _bomb_lock = threading.Lock()
@@ -337,20 +338,22 @@ class Receiver:
     def _record(self, target: str, raw_headers: Mapping[str, str], body: bytes) -> Behaviour:
         path = urlsplit(target).path
         headers = {name.lower(): value for name, value in raw_headers.items()}
-        record = Received(
-            path=target,
-            webhook_id=headers.get("webhook-id"),
-            timestamp=_parse_timestamp(headers.get("webhook-timestamp")),
-            signature_ok=self._check(path, body, headers),
-            body=body,
-            headers=headers,
-            at=time.time(),
-        )
+        signature_ok = self._check(path, body, headers)
         with self._cond:
+            behaviour = self._next_behaviour(path)
+            record = Received(
+                path=target,
+                webhook_id=headers.get("webhook-id"),
+                timestamp=_parse_timestamp(headers.get("webhook-timestamp")),
+                signature_ok=signature_ok,
+                body=body,
+                headers=headers,
+                at=time.time(),
+                answer=_answer(behaviour),
+            )
             self._records.append(record)
             if record.webhook_id is not None:
                 self._counts[record.webhook_id] += 1
-            behaviour = self._next_behaviour(path)
             self._cond.notify_all()
         if self._on_receive is not None:
             self._on_receive(record)
@@ -394,6 +397,14 @@ class Receiver:
         with self._cond:
             self._records.clear()
             self._counts.clear()
+
+
+def _answer(b: Behaviour) -> int | None:
+    if b.reset or b.hang or b.garbage:
+        return None
+    if b.redirect_to is not None:
+        return b.status if 300 <= b.status < 400 else 302
+    return b.status
 
 
 def _event_type(body: bytes) -> str:

@@ -20,7 +20,9 @@ _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 class Settings(BaseSettings):
     """What both the emitting app and the CLI need."""
 
-    model_config = SettingsConfigDict(env_prefix="OUTBOX_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="OUTBOX_", extra="ignore", env_parse_none_str="none"
+    )
 
     database_url: str = Field(
         default=DEFAULT_DATABASE_URL,

@@ -57,3 +57,10 @@ def test_import_outbox_does_not_import_worker_dependencies() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_prepare_threshold_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OUTBOX_PREPARE_THRESHOLD", "none")
+    assert Settings().prepare_threshold is None
+    monkeypatch.setenv("OUTBOX_PREPARE_THRESHOLD", "0")
+    assert Settings().prepare_threshold == 0
