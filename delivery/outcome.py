@@ -29,7 +29,7 @@ from enum import StrEnum
 import httpx
 import tenacity
 
-from delivery.ssrf import ResolutionFailed, blocked_reason
+from outbox.ssrf import ResolutionFailed, blocked_reason
 
 
 class Verdict(StrEnum):
@@ -184,7 +184,7 @@ def classify_exception(exc: BaseException, duration_ms: float) -> AttemptResult:
     """Classify an attempt that ended in an exception before a status was received.
 
     RETRY (``max_attempts`` bounds a permanent fault), except a refusal by the SSRF guard
-    (:class:`~delivery.ssrf.BlockedAddress` anywhere in the cause chain): DEAD "ssrf".
+    (:class:`~outbox.ssrf.BlockedAddress` anywhere in the cause chain): DEAD "ssrf".
     Never raises. Mapping over httpx 0.28's tree::
 
         TransportError

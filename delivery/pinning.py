@@ -24,7 +24,7 @@ import aiohttp.abc
 import httpcore
 import httpx
 
-from delivery.ssrf import (
+from outbox.ssrf import (
     BlockedAddress,
     IPNetwork,
     ResolutionFailed,

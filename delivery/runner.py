@@ -11,8 +11,8 @@ import httpx
 from delivery.pinning import GuardedResolver
 from delivery.sender import make_client
 from delivery.settings import WorkerSettings
-from delivery.ssrf import parse_networks
 from delivery.worker import Worker
+from outbox.ssrf import parse_networks
 
 
 def make_worker_client(settings: WorkerSettings) -> httpx.AsyncClient:

@@ -26,7 +26,7 @@ import httpx
 import pytest
 
 from delivery.pinning import GuardedTransport
-from delivery.ssrf import (
+from outbox.ssrf import (
     BlockedAddress,
     IPAddress,
     IPNetwork,

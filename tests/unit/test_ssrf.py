@@ -9,7 +9,8 @@ import socket
 import httpx
 import pytest
 
-from delivery.ssrf import (
+from outbox.errors import InvalidEndpoint, OutboxError
+from outbox.ssrf import (
     BlockedAddress,
     IPAddress,
     IPNetwork,
@@ -21,7 +22,6 @@ from delivery.ssrf import (
     resolve,
     resolve_checked,
 )
-from outbox.errors import InvalidEndpoint, OutboxError
 
 ip = ipaddress.ip_address
 NO_ALLOW: tuple[IPNetwork, ...] = ()

@@ -26,8 +26,7 @@ import ipaddress
 import socket
 from collections.abc import Sequence
 from typing import Protocol, TypeAlias
-
-import httpx
+from urllib.parse import urlsplit
 
 from outbox.errors import InvalidEndpoint, OutboxError
 
@@ -224,13 +223,14 @@ async def check_url(
     :class:`BlockedAddress` or :class:`ResolutionFailed`.
     """
     try:
-        parsed = httpx.URL(url)
-    except httpx.InvalidURL as exc:
+        parsed = urlsplit(url)
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        host = (parsed.hostname or "").encode("idna").decode("ascii")
+    except (ValueError, UnicodeError) as exc:
         raise InvalidEndpoint(f"invalid URL {url!r}: {exc}") from exc
-    if parsed.scheme not in ("http", "https") or not parsed.raw_host:
+    if parsed.scheme not in ("http", "https") or not host:
         raise InvalidEndpoint(f"URL must be http:// or https:// with a host: {url!r}")
-    port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    await resolve_checked(parsed.raw_host.decode("ascii"), port, allow, resolver=resolver)
+    await resolve_checked(host, port, allow, resolver=resolver)
 
 
 def blocked_reason(exc: BaseException) -> str | None:
