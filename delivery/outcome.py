@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import math
 import re
+import ssl
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
 
+import aiohttp
 import httpx
 import tenacity
 
@@ -158,8 +160,33 @@ def _caused_by_tls(exc: BaseException) -> bool:
     return False
 
 
+def _aiohttp_class(exc: BaseException) -> str | None:
+    """The class of an aiohttp error in ``exc``'s cause chain (the worker's transport)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, aiohttp.ClientConnectorCertificateError | ssl.SSLError):
+            return "tls"
+        if isinstance(current, aiohttp.ServerTimeoutError | aiohttp.SocketTimeoutError):
+            return "timeout"
+        if isinstance(current, aiohttp.ClientConnectorError):
+            return "connect"
+        if isinstance(current, aiohttp.ClientResponseError | aiohttp.ClientPayloadError):
+            return "protocol"
+        if isinstance(current, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError):
+            return "network"
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def _exception_class(exc: BaseException, seconds: float) -> tuple[str, str]:
     name = type(exc).__name__
+    via_aiohttp = _aiohttp_class(exc)
+    if via_aiohttp == "timeout":
+        return "timeout", f"timeout after {seconds:.1f}s"
+    if via_aiohttp is not None:
+        return via_aiohttp, f"{name}: {exc}"
     if isinstance(exc, httpx.TimeoutException):
         phase = _TIMEOUT_NAMES.get(type(exc), "request")
         return "timeout", f"{phase} timeout after {seconds:.1f}s"
@@ -198,6 +225,12 @@ def classify_exception(exc: BaseException, duration_ms: float) -> AttemptResult:
         └── ProxyError, UnsupportedProtocol     "transport"
         DecodingError                           "decoding"
         ssrf.ResolutionFailed                   "dns"
+
+    The worker's transport is aiohttp under httpx (``httpx-aiohttp``), whose exception
+    mapping is coarse (any ``ClientConnectionError`` becomes ``ConnectTimeout``, a bad
+    status line is not mapped at all), so the aiohttp error in the cause chain decides
+    first: certificate/SSL "tls", server/socket timeouts "timeout", connector errors
+    "connect", bad responses/payloads "protocol", disconnects and OS errors "network".
         anything else                           "internal" (error names the type)
 
     ``TooManyRedirects`` cannot occur (redirects are never followed) and would be

@@ -7,6 +7,7 @@ import statistics
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
+import aiohttp
 import httpx
 import pytest
 
@@ -250,3 +251,21 @@ def test_documented_schedule_numbers() -> None:
     assert windows[-1] == CAP
     assert sum(windows) == 52290.0
     assert sum(windows) / 2 == 26145.0
+
+
+@pytest.mark.parametrize(
+    ("cause", "expected"),
+    [
+        (aiohttp.ServerDisconnectedError(), "network"),
+        (aiohttp.ClientOSError(104, "reset"), "network"),
+        (aiohttp.ClientPayloadError("truncated"), "protocol"),
+        (aiohttp.ServerTimeoutError("slow"), "timeout"),
+    ],
+)
+def test_aiohttp_cause_decides_the_class(cause: Exception, expected: str) -> None:
+    # httpx-aiohttp maps every ClientConnectionError to ConnectTimeout: the cause is the truth
+    wrapped = httpx.ConnectTimeout("mapped")
+    wrapped.__cause__ = cause
+    result = classify_exception(wrapped, 5.0)
+    assert result.verdict is Verdict.RETRY
+    assert result.error_class == expected
