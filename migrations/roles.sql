@@ -1,0 +1,27 @@
+-- Least-privilege roles for outbox (not applied by `outbox migrate`: run it as a superuser
+-- or the schema owner, once, after migrating):
+--
+--   psql -v schema=outbox -v app_role=app -v worker_role=outbox_worker \
+--        -f migrations/roles.sql
+--
+-- The roles must exist (CREATE ROLE app LOGIN PASSWORD '...'). The migration role (the one
+-- that ran `outbox migrate`) owns every table and alone can change the schema.
+--
+-- app:    emits. Inserts events and deliveries; reads only the endpoint columns the fan-out
+--         needs (never secrets); reads back event ids for idempotency keys.
+-- worker: delivers. Claims and completes deliveries, reads events and endpoints (secrets
+--         included: it signs), logs attempts, disables an endpoint on 410, prunes.
+
+GRANT USAGE ON SCHEMA :"schema" TO :"app_role", :"worker_role";
+
+-- app
+GRANT INSERT ON :"schema".events, :"schema".deliveries TO :"app_role";
+GRANT SELECT (id, type, idempotency_key) ON :"schema".events TO :"app_role";
+GRANT SELECT (id, enabled, event_types) ON :"schema".endpoints TO :"app_role";
+
+-- worker
+GRANT SELECT, UPDATE, DELETE ON :"schema".deliveries TO :"worker_role";
+GRANT SELECT, DELETE ON :"schema".events TO :"worker_role";
+GRANT SELECT ON :"schema".endpoints TO :"worker_role";
+GRANT UPDATE (enabled, disabled_reason, updated_at) ON :"schema".endpoints TO :"worker_role";
+GRANT SELECT, INSERT, DELETE ON :"schema".delivery_attempts TO :"worker_role";
