@@ -95,6 +95,7 @@ def run_demo(url: str, schema: str, events: int) -> None:
                    "(+1 rolled back, never delivered); delivering:")
         settings = WorkerSettings(database_url=url, schema_name=schema,
                                   allow_networks="127.0.0.0/8", poll_interval_seconds=0.05,
+                                  metrics_port=0,
                                   retry_base_seconds=0.5, retry_cap_seconds=1.0)
         stats = asyncio.run(_deliver(settings, lambda: _all_finished(url, schema)))
     _summary(url, schema, rx, stats)

@@ -77,3 +77,10 @@ ANY_DUE = """
 SELECT EXISTS (SELECT 1 FROM {schema}.deliveries
                 WHERE state = 'pending' AND visible_at <= now())
 """
+
+# Due backlog and the age of its oldest row, for the gauges (and KEDA's scaler query).
+BACKLOG = """
+SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(visible_at)), 0)::float8
+  FROM {schema}.deliveries
+ WHERE state = 'pending' AND visible_at <= now()
+"""

@@ -8,10 +8,12 @@ from collections.abc import Iterable
 
 import httpx
 
+from delivery import health
 from delivery.pinning import GuardedResolver
 from delivery.sender import make_client
 from delivery.settings import WorkerSettings
 from delivery.worker import Worker
+from outbox.errors import ConfigurationError
 from outbox.ssrf import parse_networks
 
 
@@ -25,15 +27,30 @@ def make_worker_client(settings: WorkerSettings) -> httpx.AsyncClient:
 async def run_worker(
     settings: WorkerSettings, *, drain: bool = False, signals: Iterable[signal.Signals] = ()
 ) -> dict[str, int]:
-    """Run one worker until stopped (by a signal in ``signals``) or drained; its counters."""
+    """Run one worker until stopped (by a signal in ``signals``) or drained; its counters.
+
+    Serves /metrics, /healthz and /readyz on ``OUTBOX_METRICS_PORT`` unless draining.
+    """
     async with make_worker_client(settings) as client:
         worker = Worker(settings, client)
         loop = asyncio.get_running_loop()
         for sig in signals:
             loop.add_signal_handler(sig, worker.stop)
+        server = None
+        if settings.metrics_port and not drain:
+            app = health.make_app(worker.metrics.registry, worker.ready)
+            try:
+                server = await health.serve(app, settings.metrics_port, settings.metrics_host)
+            except OSError as exc:
+                raise ConfigurationError(
+                    f"cannot serve metrics on {settings.metrics_host}:{settings.metrics_port}"
+                    f" ({exc.strerror}): set OUTBOX_METRICS_PORT to a free port, or 0 to"
+                    " disable /metrics, /healthz and /readyz") from None
         try:
             await worker.run(drain=drain)
         finally:
             for sig in signals:
                 loop.remove_signal_handler(sig)
+            if server is not None:
+                await server.cleanup()
     return worker.stats

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -36,6 +37,10 @@ class WorkerSettings(Settings):
     response_body_cap: int = Field(default=16 * 1024, ge=0)
     allow_networks: str = ""
     user_agent: str = "outbox-webhooks/0.1"
+    metrics_port: int = Field(default=9464, ge=0, le=65535)  # 0: no metrics/health server
+    metrics_host: str = "0.0.0.0"
+    log_format: Literal["json", "text"] = "json"
+    backlog_interval_seconds: float = Field(default=5.0, gt=0)
     worker_id: str = Field(default_factory=_default_worker_id)
 
     @field_validator("allow_networks")

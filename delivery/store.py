@@ -26,12 +26,9 @@ log = logging.getLogger("outbox.worker")
 T = TypeVar("T")
 
 
-def _log_retry(state: tenacity.RetryCallState) -> None:
-    exc = state.outcome.exception() if state.outcome else None
-    wait = state.next_action.sleep if state.next_action else 0.0
-    first = str(exc).strip().splitlines()[0] if exc and str(exc).strip() else type(exc).__name__
-    log.warning("database unavailable (%s); retry %d in %.1fs", first, state.attempt_number,
-                wait)
+def _first_line(exc: BaseException | None) -> str:
+    text = str(exc).strip() if exc else ""
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 class Store:
@@ -49,6 +46,9 @@ class Store:
             reconnect_timeout=365 * 86400.0,
         )
         self.stopping: Callable[[], bool] = lambda: False
+        self.on_error: Callable[[], None] = lambda: None
+        self.healthy = True  # False from a failed call until the next success
+        self._backlog_sql = render(queries.BACKLOG, settings.schema_name)
 
     async def open(self) -> None:
         await self.pool.open(wait=False)
@@ -63,16 +63,26 @@ class Store:
                 lambda e: isinstance(e, psycopg.OperationalError) and not self.stopping()
             ),
             wait=tenacity.wait_exponential_jitter(multiplier=0.2, max=5.0, jitter=0.5),
-            before_sleep=_log_retry,
+            before_sleep=self._log_retry,
             reraise=True,
         )
         try:
-            return await retryer(op)
+            result: T = await retryer(op)
+            self.healthy = True
+            return result
         except psycopg.OperationalError:
             raise
         except psycopg.Error:
             with translated():  # e.g. SchemaMissing: fatal, with a one-line reason
                 raise
+
+    def _log_retry(self, state: tenacity.RetryCallState) -> None:
+        self.healthy = False
+        self.on_error()
+        exc = state.outcome.exception() if state.outcome else None
+        wait = state.next_action.sleep if state.next_action else 0.0
+        log.warning("database unavailable (%s); retry %d in %.1fs", _first_line(exc),
+                    state.attempt_number, wait)
 
     async def claim(self, limit: int) -> list[Job]:
         """Lease up to ``limit`` due deliveries (committed before returning)."""
@@ -95,6 +105,15 @@ class Store:
                 cur = await conn.execute(self._complete_sql, params)
                 row = await cur.fetchone()
                 return int(row[0]) if row else 0
+
+        return await self._retrying(op)
+
+    async def backlog(self) -> tuple[int, float]:
+        """(due deliveries, age in seconds of the oldest) -- the alerting numbers."""
+        async def op() -> tuple[int, float]:
+            async with self.pool.connection() as conn:
+                row = await (await conn.execute(self._backlog_sql)).fetchone()
+                return (int(row[0]), float(row[1])) if row else (0, 0.0)
 
         return await self._retrying(op)
 

@@ -25,13 +25,16 @@ import logging
 import time
 
 import httpx
+import psycopg
 
 from delivery.jobs import Completion, Job
+from delivery.metrics import Metrics
 from delivery.policy import decide, park
 from delivery.request import build_headers
 from delivery.sender import send
 from delivery.settings import WorkerSettings
 from delivery.store import Store
+from outbox.errors import OutboxError
 
 log = logging.getLogger("outbox.worker")
 FLUSH_MAX = 500
@@ -45,8 +48,10 @@ class Worker:
         self.settings = settings
         self.client = client
         self.store = store or Store(settings)
+        self.metrics = Metrics()
         self._stopped = asyncio.Event()
         self.store.stopping = self._stopped.is_set
+        self.store.on_error = self.metrics.database_errors.inc
         self._inflight: set[asyncio.Task[None]] = set()
         self._done: list[Completion] = []
         self._have_done = asyncio.Event()
@@ -60,19 +65,39 @@ class Worker:
         self._stopped.set()
         self._wake.set()
 
+    def ready(self) -> tuple[bool, str]:
+        """Readiness: the database answered the last call and the worker is not stopping."""
+        if self._stopped.is_set():
+            return False, "stopping"
+        if not self.store.healthy:
+            return False, "database unavailable"
+        return True, "ready"
+
     async def run(self, *, drain: bool = False) -> None:
         """Deliver until ``stop()``; with ``drain``, also return once nothing is due."""
         await self.store.open()
         flusher = asyncio.create_task(self._flush_loop(), name="outbox-flush")
+        gauges = asyncio.create_task(self._backlog_loop(), name="outbox-backlog")
         try:
             await self._claim_loop(drain)
             await self._finish_inflight()
         finally:
             self._stopped.set()
             self._have_done.set()
+            gauges.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await flusher
+            with contextlib.suppress(asyncio.CancelledError):
+                await gauges
             await self.store.close()
+
+    async def _backlog_loop(self) -> None:
+        while not self._stopped.is_set():
+            with contextlib.suppress(OutboxError, psycopg.Error):
+                due, oldest = await self.store.backlog()
+                self.metrics.due_backlog.set(due)
+                self.metrics.oldest_due_age.set(oldest)
+            await asyncio.sleep(self.settings.backlog_interval_seconds)
 
     async def _claim_loop(self, drain: bool) -> None:
         cfg = self.settings
@@ -83,10 +108,12 @@ class Worker:
                 continue
             jobs = await self.store.claim(min(free, cfg.batch_size))
             self.stats["claimed"] += len(jobs)
+            self.metrics.claimed_per_poll.observe(len(jobs))
             for job in jobs:
                 task = asyncio.create_task(self._deliver(job))
                 self._inflight.add(task)
                 task.add_done_callback(self._task_done)
+            self.metrics.in_flight.set(len(self._inflight))
             if jobs and len(jobs) == min(free, cfg.batch_size):
                 continue  # more may be due: claim again at once
             idle = not jobs and not self._inflight and not self._done
@@ -103,6 +130,7 @@ class Worker:
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
+        self.metrics.in_flight.set(len(self._inflight))
         self._wake.set()
         if not task.cancelled() and task.exception() is not None:
             log.error("delivery task failed", exc_info=task.exception())
@@ -118,7 +146,14 @@ class Worker:
         timeout = httpx.Timeout(total, connect=min(total, self.settings.connect_timeout_seconds))
         result = await send(self.client, job.url, body, headers, timeout=timeout,
                             total_timeout=total, body_cap=self.settings.response_body_cap)
-        self._record(decide(job, result, self.settings))
+        done = decide(job, result, self.settings)
+        self.metrics.attempted(job, done)
+        log.info("delivery %s", done.outcome, extra={
+            "event_id": job.webhook_id, "delivery_id": job.delivery_id,
+            "endpoint_id": str(job.endpoint_id), "attempt": job.attempt,
+            "outcome": done.outcome, "status": done.status,
+            "duration_ms": round(done.duration_ms, 1), "error": done.error})
+        self._record(done)
 
     def _record(self, done: Completion) -> None:
         self._done.append(done)
@@ -149,6 +184,7 @@ class Worker:
             if c.outcome != "parked":
                 self.stats[key] += 1
         self.stats["fenced"] += len(batch) - applied
+        self.metrics.fenced(len(batch) - applied)
 
     async def _finish_inflight(self) -> None:
         if not self._inflight:

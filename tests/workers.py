@@ -6,10 +6,11 @@ import asyncio
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import IO, Any
 
 import psycopg
 
@@ -27,6 +28,7 @@ def settings(db_url: str, **overrides: Any) -> WorkerSettings:
         "database_url": db_url, "schema_name": SCHEMA, "allow_networks": "127.0.0.0/8",
         "lease_seconds": 5.0, "http_timeout_seconds": 2.0, "poll_interval_seconds": 0.05,
         "retry_base_seconds": 0.05, "retry_cap_seconds": 0.2, "shutdown_grace_seconds": 2.0,
+        "metrics_port": 0,
     }
     base.update(overrides)
     return WorkerSettings(**base)
@@ -82,9 +84,24 @@ def states(db_url: str) -> dict[str, int]:
     return {state: n for state, n in rows(db_url, query)}
 
 
+_LOGS: dict[int, IO[bytes]] = {}
+
+
 def spawn(db_url: str, *args: str, **env: str) -> subprocess.Popen[bytes]:
-    """An ``outbox worker`` process (the real entry point)."""
+    """An ``outbox worker`` process (the real entry point); its stderr goes to a temporary
+    file (a pipe nobody reads would fill up and block the worker's logging)."""
     full = {**os.environ, "OUTBOX_DATABASE_URL": db_url, "OUTBOX_SCHEMA": SCHEMA,
-            "OUTBOX_ALLOW_NETWORKS": "127.0.0.0/8", **env}
-    return subprocess.Popen([sys.executable, "-m", "outbox", "worker", *args], env=full,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            "OUTBOX_ALLOW_NETWORKS": "127.0.0.0/8", "OUTBOX_METRICS_PORT": "0",
+            "OUTBOX_LOG_FORMAT": "text", **env}
+    log = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the process)
+    proc = subprocess.Popen([sys.executable, "-m", "outbox", "worker", *args], env=full,
+                            stdout=subprocess.DEVNULL, stderr=log)
+    _LOGS[proc.pid] = log
+    return proc
+
+
+def log_of(proc: subprocess.Popen[bytes]) -> str:
+    """Everything the worker process wrote to stderr so far."""
+    log = _LOGS[proc.pid]
+    log.seek(0)
+    return log.read().decode(errors="replace")

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import signal
-import sys
 
 import click
 from pydantic import ValidationError
@@ -21,8 +19,11 @@ from outbox.errors import ConfigurationError
               help="Most requests in flight in this process (default: $OUTBOX_CONCURRENCY=100).")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option("--log-format", type=click.Choice(["json", "text"]), default=None,
+              help="Log lines as JSON objects or text (default: $OUTBOX_LOG_FORMAT=json).")
 @pass_ctx
-def worker(ctx: Context, drain: bool, concurrency: int | None, log_level: str) -> None:
+def worker(ctx: Context, drain: bool, concurrency: int | None, log_level: str,
+           log_format: str | None) -> None:
     """Deliver pending webhooks: claim, sign, POST, record; retry with backoff.
 
     Run as many processes as you like, on as many hosts: they share the work through
@@ -51,9 +52,9 @@ def worker(ctx: Context, drain: bool, concurrency: int | None, log_level: str) -
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "settings"
         raise ConfigurationError(f"invalid worker setting {where}: {first['msg']}") from None
-    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    from delivery import logs
+
+    logs.configure(log_format or settings.log_format, log_level)
     stats = asyncio.run(run_worker(settings, drain=drain, signals=(signal.SIGTERM,
                                                                      signal.SIGINT)))
     click.echo(" ".join(f"{k}={v}" for k, v in stats.items()), err=True)

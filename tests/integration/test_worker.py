@@ -153,21 +153,23 @@ def test_disabled_endpoint_is_parked_not_sent(db_url: str) -> None:
 
 @pytest.mark.parametrize("bad", ["OUTBOX_HTTP_TIMEOUT_SECONDS=90", "OUTBOX_ALLOW_NETWORKS=nope"])
 def test_bad_settings_refuse_to_start(db_url: str, bad: str) -> None:
-    from tests.workers import spawn
+    from tests.workers import log_of, spawn
 
     name, value = bad.split("=")
     proc = spawn(db_url, "--drain", **{name: value})
-    _out, err = proc.communicate(timeout=60)
+    proc.wait(timeout=60)
+    err = log_of(proc)
     assert proc.returncode == 1
-    assert err.decode().startswith("error: invalid worker setting")
-    assert "Traceback" not in err.decode()
+    assert err.startswith("error: invalid worker setting")
+    assert "Traceback" not in err
 
 
 def test_missing_schema_is_a_one_line_error(blank_db_url: str) -> None:
-    from tests.workers import spawn
+    from tests.workers import log_of, spawn
 
     proc = spawn(blank_db_url, "--drain")
-    _out, err = proc.communicate(timeout=60)
+    proc.wait(timeout=60)
+    err = log_of(proc)
     assert proc.returncode == 1
-    assert "run `outbox migrate`" in err.decode()
-    assert "Traceback" not in err.decode()
+    assert "run `outbox migrate`" in err
+    assert "Traceback" not in err

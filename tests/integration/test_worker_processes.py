@@ -15,7 +15,7 @@ from outbox.devdb import TempCluster
 from outbox.migrate import migrate
 from outbox.receiver import Behaviour, Receiver
 from tests.pg import SCHEMA
-from tests.workers import SECRET, add_endpoint, emit, rows, spawn, states
+from tests.workers import SECRET, add_endpoint, emit, log_of, rows, spawn, states
 
 FAST = {"OUTBOX_POLL_INTERVAL_SECONDS": "0.05", "OUTBOX_RETRY_BASE_SECONDS": "0.1",
         "OUTBOX_RETRY_CAP_SECONDS": "0.5"}
@@ -38,15 +38,15 @@ def workers(db_url: str, n: int, **env: str) -> Iterator[list[subprocess.Popen[b
         for p in procs:
             if p.poll() is None:
                 p.kill()
-            p.communicate(timeout=30)
+            p.wait(timeout=30)
 
 
 def stop(proc: subprocess.Popen[bytes], timeout: float = 30) -> str:
     """SIGTERM, wait, and return stderr; the exit status must be 0."""
     proc.send_signal(signal.SIGTERM)
-    _out, err = proc.communicate(timeout=timeout)
-    assert proc.returncode == 0, err.decode()[-2000:]
-    return err.decode()
+    proc.wait(timeout=timeout)
+    assert proc.returncode == 0, log_of(proc)[-2000:]
+    return log_of(proc)
 
 
 def test_hammer_four_processes(db_url: str) -> None:

@@ -1,0 +1,80 @@
+"""Prometheus metrics of one worker process (its own registry, served by delivery.health).
+
+Label cardinality is bounded: ``endpoint`` is the endpoint id (never the URL), and after
+``max_endpoints`` distinct ids every further endpoint is counted as ``other``.
+
+    outbox_deliveries_total{outcome,endpoint}    counter: delivered, retry, dead, gone,
+                                                 exhausted, fenced
+    outbox_attempt_duration_seconds{endpoint}    histogram of HTTP attempt durations
+    outbox_delivery_lag_seconds                  histogram: emit -> delivered
+    outbox_due_backlog                           gauge: pending deliveries due now
+    outbox_oldest_due_age_seconds                gauge: how long the oldest due one waited
+    outbox_in_flight                             gauge: requests in flight here
+    outbox_claimed_per_poll                      histogram of rows per claim
+    outbox_database_errors_total                 counter of failed database calls
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from delivery.jobs import Completion, Job
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300,
+                    1800, 3600, 6 * 3600, 24 * 3600)
+
+
+class Metrics:
+    """The worker's instruments; safe to call from the event loop thread."""
+
+    def __init__(self, registry: CollectorRegistry | None = None, max_endpoints: int = 200):
+        self.registry = registry or CollectorRegistry()
+        self._max_endpoints = max_endpoints
+        self._endpoints: set[str] = set()
+        self._lock = threading.Lock()
+        r = self.registry
+        self.deliveries = Counter("outbox_deliveries", "Delivery attempts by outcome",
+                                  ["outcome", "endpoint"], registry=r)
+        self.attempt_duration = Histogram("outbox_attempt_duration_seconds",
+                                          "HTTP attempt duration", ["endpoint"], registry=r)
+        self.lag = Histogram("outbox_delivery_lag_seconds", "Emit to delivered",
+                             buckets=_LATENCY_BUCKETS, registry=r)
+        self.due_backlog = Gauge("outbox_due_backlog", "Pending deliveries due now",
+                                 registry=r)
+        self.oldest_due_age = Gauge("outbox_oldest_due_age_seconds",
+                                    "Age of the oldest due delivery", registry=r)
+        self.in_flight = Gauge("outbox_in_flight", "Requests in flight", registry=r)
+        self.claimed_per_poll = Histogram("outbox_claimed_per_poll", "Rows per claim",
+                                          buckets=(0, 1, 2, 5, 10, 20, 50, 100, 200, 500),
+                                          registry=r)
+        self.database_errors = Counter("outbox_database_errors", "Failed database calls",
+                                       registry=r)
+
+    def endpoint(self, endpoint_id: object) -> str:
+        """The label for an endpoint id, or ``other`` past the cardinality cap."""
+        label = str(endpoint_id)
+        with self._lock:
+            if label in self._endpoints:
+                return label
+            if len(self._endpoints) >= self._max_endpoints:
+                return "other"
+            self._endpoints.add(label)
+            return label
+
+    def attempted(self, job: Job, done: Completion) -> None:
+        """Record one finished attempt (before it is written; fencing is counted apart)."""
+        label = self.endpoint(job.endpoint_id)
+        if done.outcome == "parked":
+            return
+        self.deliveries.labels(done.outcome, label).inc()
+        self.attempt_duration.labels(label).observe(done.duration_ms / 1000.0)
+        if done.state == "delivered":
+            lag = dt.datetime.now(dt.UTC) - job.emitted_at
+            self.lag.observe(max(lag.total_seconds(), 0.0))
+
+    def fenced(self, count: int) -> None:
+        if count:
+            self.deliveries.labels("fenced", "all").inc(count)
