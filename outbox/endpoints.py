@@ -2,7 +2,11 @@
 
 Every function validates its input before any SQL and raises
 :class:`~outbox.errors.InvalidEndpoint` (nothing written) or
-:class:`~outbox.errors.EndpointNotFound`. Functions run on the caller's connection: in
+:class:`~outbox.errors.EndpointNotFound`. ``add`` and ``update`` given ``allow_networks``
+also resolve the URL's host once and refuse it if any address is not public and not inside
+those networks (the SSRF guard of :mod:`outbox.ssrf`; delivery checks again per
+connection); a host that does not resolve now is only a warning in the result, because
+DNS can be fixed after registration. Functions run on the caller's connection: in
 autocommit mode each call commits on its own; inside a transaction it commits with it.
 New and re-enabled endpoints receive events emitted after their commit, never earlier ones.
 """
@@ -23,9 +27,10 @@ from psycopg.types.json import Jsonb
 
 from outbox import queries
 from outbox.db import render, translated
-from outbox.errors import EndpointNotFound, InvalidEndpoint, InvalidEvent
+from outbox.errors import EndpointNotFound, InvalidEndpoint, InvalidEvent, OperationRefused
 from outbox.event import check_type, new_id
 from outbox.signing import decode_secret, generate_secret
+from outbox.ssrf import ALLOW_SETTING, BlockedAddress, IPNetwork, ResolutionFailed, check_url_sync
 
 URL_MAX_LENGTH = 2048
 _HEADER_NAME_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$")
@@ -58,10 +63,29 @@ class Endpoint:
 
 @dataclass(frozen=True, slots=True)
 class Created:
-    """``add``'s result; ``secret`` is set only when outbox generated it (shown once)."""
+    """``add``'s result; ``secret`` is set only when outbox generated it (shown once).
+    ``warnings``: e.g. the host did not resolve at registration (see module doc)."""
 
     endpoint: Endpoint
     secret: str | None
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Updated:
+    """``update``'s result, with registration warnings as for :class:`Created`."""
+
+    endpoint: Endpoint
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Rotated:
+    """``rotate_secret``'s result: the new secret (shown once) and when the old one stops
+    signing (``endpoint.previous_secret_expires_at``)."""
+
+    endpoint: Endpoint
+    secret: str
 
 
 def validate_url(url: str) -> str:
@@ -107,6 +131,26 @@ def validate_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
     return out
 
 
+def check_destination(url: str, allow_networks: Sequence[IPNetwork]) -> tuple[str, ...]:
+    """Registration-time SSRF check of ``url`` (already validated by :func:`validate_url`).
+
+    Raises :class:`InvalidEndpoint` if the host is or resolves to an address that is not
+    public and not in ``allow_networks``; returns a one-line warning if the host cannot be
+    resolved now (the worker checks again before every connection), else ``()``.
+    """
+    try:
+        check_url_sync(url, allow_networks)
+    except BlockedAddress as exc:
+        raise InvalidEndpoint(
+            f"endpoint URL {url} resolves to {exc.address} ({exc.reason}); "
+            f"set {ALLOW_SETTING} to allow it"
+        ) from None
+    except ResolutionFailed as exc:
+        return (f"{exc}; registered anyway, the worker checks the address before each "
+                "delivery",)
+    return ()
+
+
 def _validate_types(event_types: Sequence[str] | None) -> list[str] | None:
     if not event_types:
         return None
@@ -136,8 +180,13 @@ def add(
     retry_cap_seconds: float | None = None,
     timeout_seconds: float | None = None,
     max_in_flight: int | None = None,
+    allow_networks: Sequence[IPNetwork] | None = None,
 ) -> Created:
-    """Register an endpoint. Without ``secret`` one is generated and returned once."""
+    """Register an endpoint. Without ``secret`` one is generated and returned once.
+
+    With ``allow_networks`` the URL also passes :func:`check_destination` first
+    (``None``, the library default, skips that check; the CLI always passes it).
+    """
     validate_url(url)
     params = {
         "id": new_id(),
@@ -155,11 +204,12 @@ def add(
     the_secret = generate_secret() if secret is None else secret
     decode_secret(the_secret)
     params["secret"] = the_secret
+    warnings = () if allow_networks is None else check_destination(url, allow_networks)
     with translated(), conn.cursor(row_factory=dict_row) as cur:
         cur.execute(render(queries.ENDPOINT_INSERT, schema), params)
         row = cur.fetchone()
     assert row is not None
-    return Created(_row_to_endpoint(row), the_secret if generated else None)
+    return Created(_row_to_endpoint(row), the_secret if generated else None, warnings)
 
 
 def _positive(name: str, value: float | None, upper: float | None = None) -> Any:
@@ -217,3 +267,104 @@ def set_enabled(
     if row is None:
         raise EndpointNotFound(f"no endpoint {eid}")
     return _row_to_endpoint(row)
+
+
+def update(
+    conn: psycopg.Connection[Any],
+    endpoint_id: str | uuid.UUID,
+    *,
+    schema: str,
+    url: str | None = None,
+    event_types: Sequence[str] | None = None,
+    all_event_types: bool = False,
+    headers: Mapping[str, str] | None = None,
+    clear_headers: bool = False,
+    description: str | None = None,
+    max_attempts: int | None = None,
+    retry_base_seconds: float | None = None,
+    retry_cap_seconds: float | None = None,
+    timeout_seconds: float | None = None,
+    allow_networks: Sequence[IPNetwork] | None = None,
+) -> Updated:
+    """Change an endpoint in one statement; ``None`` leaves a field as it is.
+
+    Validated exactly like :func:`add` (same errors, nothing written on refusal).
+    ``event_types`` replaces the filter, ``all_event_types`` removes it; either applies to
+    events emitted after the commit. ``headers`` are merged into the existing ones, after
+    dropping those if ``clear_headers``. A new ``url`` also applies to pending deliveries.
+    """
+    eid = parse_id(endpoint_id)
+    if event_types and all_event_types:
+        raise InvalidEndpoint("give event types or all_event_types, not both")
+    if url is not None:
+        validate_url(url)
+    params = {
+        "id": eid, "url": url, "description": description,
+        "set_types": bool(event_types) or all_event_types,
+        "event_types": _validate_types(event_types),
+        "headers": Jsonb(validate_headers(headers)), "clear_headers": clear_headers,
+        "max_attempts": _positive("max_attempts", max_attempts, upper=100),
+        "retry_base_seconds": _positive("retry_base_seconds", retry_base_seconds),
+        "retry_cap_seconds": _positive("retry_cap_seconds", retry_cap_seconds),
+        "timeout_seconds": _positive("timeout_seconds", timeout_seconds),
+    }
+    warnings: tuple[str, ...] = ()
+    if url is not None and allow_networks is not None:
+        warnings = check_destination(url, allow_networks)
+    with translated(), conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(render(queries.ENDPOINT_UPDATE, schema), params)
+        row = cur.fetchone()
+    if row is None:
+        raise EndpointNotFound(f"no endpoint {eid}")
+    return Updated(_row_to_endpoint(row), warnings)
+
+
+def rotate_secret(
+    conn: psycopg.Connection[Any],
+    endpoint_id: str | uuid.UUID,
+    *,
+    schema: str,
+    grace: dt.timedelta,
+    secret: str | None = None,
+    force: bool = False,
+) -> Rotated:
+    """Give the endpoint a new signing secret (generated unless ``secret`` is given).
+
+    The old secret keeps signing beside the new one (two ``v1,`` entries) for ``grace``,
+    so the receiver can switch at any moment in that window; after it, only the new one
+    signs. Refused with :class:`~outbox.errors.OperationRefused`, changing nothing, while
+    a previous rotation's grace period is running (a third secret would be dropped early),
+    unless ``force``.
+    """
+    eid = parse_id(endpoint_id)
+    if grace < dt.timedelta(0):
+        raise InvalidEndpoint(f"grace must not be negative, got {grace}")
+    new_secret = generate_secret() if secret is None else secret
+    decode_secret(new_secret)
+    current = get(conn, eid, schema=schema)
+    params = {"id": eid, "grace": grace.total_seconds(), "secret": new_secret, "force": force}
+    with translated(), conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(render(queries.ENDPOINT_ROTATE_SECRET, schema), params)
+        row = cur.fetchone()
+    if row is None:
+        until = current.previous_secret_expires_at
+        when = until.isoformat(timespec="seconds") if until else "its expiry"
+        raise OperationRefused(
+            f"endpoint {eid} is still in a rotation: its previous secret signs until {when};"
+            " rotating again now would stop it early (wait, or use --force)"
+        )
+    return Rotated(_row_to_endpoint(row), new_secret)
+
+
+def signing_secrets(
+    conn: psycopg.Connection[Any], endpoint_id: str | uuid.UUID, *, schema: str
+) -> list[str]:
+    """The secrets that sign a request to this endpoint now: current first, then the
+    previous one while its grace runs. For sending (``ping``) only: never display them."""
+    eid = parse_id(endpoint_id)
+    with translated(), conn.cursor() as cur:
+        cur.execute(render(queries.ENDPOINT_SIGNING_SECRETS, schema), (eid,))
+        row = cur.fetchone()
+    if row is None:
+        raise EndpointNotFound(f"no endpoint {eid}")
+    return [str(s) for s in row if s]

@@ -12,6 +12,9 @@ Exception tree::
     ├── InvalidEvent            type or payload refused before any SQL ran
     ├── InvalidEndpoint         URL, secret, header or filter refused before any SQL ran
     ├── EndpointNotFound        no endpoint with that id
+    ├── DeliveryNotFound        no delivery with that id
+    ├── OperationRefused        an operator command would do harm (e.g. replay onto a
+    │                           disabled endpoint); nothing was changed
     ├── InvalidSignature        ``verify`` rejected a webhook (receiver side)
     └── MigrationError          a migration file is missing, reordered or failed
 
@@ -56,6 +59,15 @@ class InvalidEndpoint(OutboxError):
 
 class EndpointNotFound(OutboxError):
     """No endpoint has the given id."""
+
+
+class DeliveryNotFound(OutboxError):
+    """No delivery has the given id."""
+
+
+class OperationRefused(OutboxError):
+    """An operator command was refused before changing anything; the message says why and
+    how to proceed (e.g. replay onto a disabled endpoint without ``--enable-endpoint``)."""
 
 
 class InvalidSignature(OutboxError):

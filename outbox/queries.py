@@ -108,6 +108,48 @@ SELECT * FROM ep
 """
 )
 
+# Partial update: NULL keeps a column; the flags say whether to replace the type filter
+# (NULL there means every type) and whether to drop the old headers before merging new ones.
+ENDPOINT_UPDATE = (
+    """
+UPDATE {schema}.endpoints
+   SET url = COALESCE(%(url)s::text, url),
+       description = COALESCE(%(description)s::text, description),
+       event_types = CASE WHEN %(set_types)s THEN %(event_types)s::text[] ELSE event_types END,
+       headers = CASE WHEN %(clear_headers)s THEN '{{}}'::jsonb ELSE headers END
+                 || %(headers)s::jsonb,
+       max_attempts = COALESCE(%(max_attempts)s::integer, max_attempts),
+       retry_base_seconds = COALESCE(%(retry_base_seconds)s::float8, retry_base_seconds),
+       retry_cap_seconds = COALESCE(%(retry_cap_seconds)s::float8, retry_cap_seconds),
+       timeout_seconds = COALESCE(%(timeout_seconds)s::float8, timeout_seconds),
+       updated_at = now()
+ WHERE id = %(id)s
+RETURNING"""
+    + _ENDPOINT_COLUMNS
+)
+
+# Rotation: the current secret becomes the previous one, which keeps signing beside the
+# new one until it expires (the claim sends it while previous_secret_expires_at > now()).
+# Refused (no row) while an earlier rotation's grace is still running, unless forced.
+ENDPOINT_ROTATE_SECRET = (
+    """
+UPDATE {schema}.endpoints
+   SET previous_secret = secret,
+       previous_secret_expires_at = now() + make_interval(secs => %(grace)s),
+       secret = %(secret)s,
+       updated_at = now()
+ WHERE id = %(id)s
+   AND (%(force)s OR previous_secret_expires_at IS NULL OR previous_secret_expires_at <= now())
+RETURNING"""
+    + _ENDPOINT_COLUMNS
+)
+
+# The secrets that sign a request to this endpoint now (for `outbox endpoints ping`).
+ENDPOINT_SIGNING_SECRETS = """
+SELECT secret, CASE WHEN previous_secret_expires_at > now() THEN previous_secret END
+  FROM {schema}.endpoints WHERE id = %s
+"""
+
 # --- migrations -------------------------------------------------------------------------
 MIGRATIONS_TABLE = """
 CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (

@@ -35,6 +35,17 @@ class Settings(BaseSettings):
     # psycopg prepares a statement after it ran this many times; None disables
     # preparation (needed behind PgBouncer in transaction mode).
     prepare_threshold: int | None = Field(default=5, ge=0)
+    # CIDRs the SSRF guard lets through (OUTBOX_ALLOW_NETWORKS): the CLI checks endpoint
+    # URLs against it at registration, the worker before every connection.
+    allow_networks: str = ""
+
+    @field_validator("allow_networks")
+    @classmethod
+    def _check_allow_networks(cls, value: str) -> str:
+        from outbox.ssrf import parse_networks
+
+        parse_networks(value)  # ValueError names the bad item
+        return value
 
     @field_validator("schema_name")
     @classmethod

@@ -24,7 +24,8 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from typing import Protocol, TypeAlias
 from urllib.parse import urlsplit
 
@@ -206,7 +207,10 @@ async def resolve_checked(
     Raises :class:`BlockedAddress` naming the first refused address (even if others are
     public), or :class:`ResolutionFailed`.
     """
-    addresses = await resolve(host, port, resolver=resolver)
+    return _first_allowed(host, await resolve(host, port, resolver=resolver), allow)
+
+
+def _first_allowed(host: str, addresses: list[IPAddress], allow: Sequence[IPNetwork]) -> IPAddress:
     for ip in addresses:
         reason = check_address(ip, allow)
         if reason is not None:
@@ -222,6 +226,11 @@ async def check_url(
     Raises :class:`~outbox.errors.InvalidEndpoint` if the URL is not http(s) with a host,
     :class:`BlockedAddress` or :class:`ResolutionFailed`.
     """
+    host, port = _host_port(url)
+    await resolve_checked(host, port, allow, resolver=resolver)
+
+
+def _host_port(url: str) -> tuple[str, int]:
     try:
         parsed = urlsplit(url)
         port = parsed.port or (443 if parsed.scheme == "https" else 80)
@@ -230,7 +239,70 @@ async def check_url(
         raise InvalidEndpoint(f"invalid URL {url!r}: {exc}") from exc
     if parsed.scheme not in ("http", "https") or not host:
         raise InvalidEndpoint(f"URL must be http:// or https:// with a host: {url!r}")
-    await resolve_checked(host, port, allow, resolver=resolver)
+    return host, port
+
+
+SyncResolver: TypeAlias = Callable[[str, int], list[IPAddress]]
+
+
+def _resolve_with_timeout(
+    resolver: SyncResolver, host: str, port: int, timeout: float
+) -> list[IPAddress]:
+    """Run ``resolver`` in a daemon thread (never blocks interpreter exit) for ``timeout``."""
+    box: list[list[IPAddress] | BaseException] = []
+
+    def run() -> None:
+        try:
+            box.append(resolver(host, port))
+        except BaseException as exc:
+            box.append(exc)
+
+    thread = threading.Thread(target=run, name="outbox-resolve", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if not box:
+        raise ResolutionFailed(host, f"no answer within {timeout:g}s")
+    result = box[0]
+    if isinstance(result, (OSError, UnicodeError)):
+        raise ResolutionFailed(host, str(result) or type(result).__name__) from result
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+def system_resolver_sync(host: str, port: int) -> list[IPAddress]:
+    """The blocking default resolver for :func:`check_url_sync`: ``socket.getaddrinfo``."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [
+        ipaddress.ip_address(sockaddr[0])
+        for family, _, _, _, sockaddr in infos
+        if family in (socket.AF_INET, socket.AF_INET6) and isinstance(sockaddr[0], str)
+    ]
+
+
+def check_url_sync(
+    url: str,
+    allow: Sequence[IPNetwork],
+    *,
+    resolver: SyncResolver | None = None,
+    timeout: float = 5.0,
+) -> IPAddress:
+    """:func:`check_url` without an event loop, for registration from sync code.
+
+    Same parsing, same single lookup and same per-address checks as :func:`check_url`;
+    returns the first address. The lookup runs in a daemon thread and is abandoned after
+    ``timeout`` seconds (``getaddrinfo`` itself cannot be cancelled), raising
+    :class:`ResolutionFailed`. Raises :class:`~outbox.errors.InvalidEndpoint` and
+    :class:`BlockedAddress` like :func:`check_url`.
+    """
+    host, port = _host_port(url)
+    literal = _ip_literal(host)
+    if literal is not None:
+        return _first_allowed(host, [literal], allow)
+    addresses = _resolve_with_timeout(resolver or system_resolver_sync, host, port, timeout)
+    if not addresses:
+        raise ResolutionFailed(host, "no addresses")
+    return _first_allowed(host, list(dict.fromkeys(addresses)), allow)
 
 
 def blocked_reason(exc: BaseException) -> str | None:

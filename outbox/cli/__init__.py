@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from outbox.db import connect
 from outbox.errors import ConfigurationError, OutboxError
 from outbox.settings import Settings
+from outbox.ssrf import IPNetwork, parse_networks
 
 
 @dataclass
@@ -41,11 +42,36 @@ class Context:
         """An autocommit connection: each CLI change commits on its own."""
         return connect(self.settings(), autocommit=True)
 
+    def allow_networks(self) -> tuple[IPNetwork, ...]:
+        """``OUTBOX_ALLOW_NETWORKS``: what the registration-time SSRF check lets through."""
+        return parse_networks(self.settings().allow_networks)
+
 
 pass_ctx = click.make_pass_decorator(Context)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class Failed(click.ClickException):
+    """An :class:`OutboxError` as click sees it: ``error: ...`` on stderr, exit status 1."""
+
+    exit_code = 1
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.message}", err=True, file=file)
+
+
+class _Group(click.Group):
+    """The root group: OutboxErrors leave every command as :class:`Failed`, so the console
+    entry point and click's test runner report them the same way."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except OutboxError as exc:
+            raise Failed(str(exc)) from exc
+
+
+@click.group(cls=_Group,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--database-url", envvar=None, default=None, metavar="URL",
               help="PostgreSQL URL (default: $OUTBOX_DATABASE_URL, $DATABASE_URL, local server).")
 @click.option("--schema", default=None, metavar="NAME",
@@ -69,10 +95,14 @@ def cli(ctx: click.Context, database_url: str | None, schema: str | None) -> Non
     ctx.obj = Context(overrides)
 
 
+def load_commands() -> None:
+    """Import every command module: each registers its commands on :data:`cli`."""
+    from outbox.cli import demo, endpoint_ops, endpoints, migrate, worker  # noqa: F401
+
+
 def main() -> None:
     """Console entry point: OutboxErrors become one line on stderr and exit status 1."""
-    from outbox.cli import demo, endpoints, migrate, worker  # noqa: F401  (registers commands)
-
+    load_commands()
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:

@@ -13,7 +13,7 @@ from outbox.cli import Context, cli, pass_ctx
 from outbox.cli.output import print_table
 
 
-def _parse_headers(values: tuple[str, ...]) -> dict[str, str]:
+def parse_headers(values: tuple[str, ...]) -> dict[str, str]:
     headers: dict[str, str] = {}
     for item in values:
         name, sep, value = item.partition("=")
@@ -23,13 +23,19 @@ def _parse_headers(values: tuple[str, ...]) -> dict[str, str]:
     return headers
 
 
-def _as_json(endpoint: ep.Endpoint) -> dict[str, Any]:
+def endpoint_json(endpoint: ep.Endpoint) -> dict[str, Any]:
     data = dataclasses.asdict(endpoint)
     for key, value in data.items():
         if hasattr(value, "isoformat"):
             data[key] = value.isoformat()
     data["id"] = str(endpoint.id)
     return data
+
+
+def print_warnings(warnings: tuple[str, ...]) -> None:
+    """Registration warnings (e.g. the host does not resolve yet) on stderr."""
+    for warning in warnings:
+        click.echo(f"warning: {warning}", err=True)
 
 
 @cli.group()
@@ -41,6 +47,8 @@ def endpoints() -> None:
       outbox endpoints add https://example.com/hooks --event-type invoice.paid
       outbox endpoints list --json
       outbox endpoints disable 0193...  --reason "customer asked"
+      outbox endpoints rotate-secret 0193... --grace 24h
+      outbox endpoints ping 0193...
     """
 
 
@@ -68,19 +76,25 @@ def add(ctx: Context, url: str, event_types: tuple[str, ...], secret: str | None
         timeout_seconds: float | None) -> None:
     """Register URL; print its id and, if generated, its secret (shown only once).
 
+    The URL's host is resolved now and refused if any of its addresses is loopback,
+    private, link-local or otherwise not public, unless it lies in $OUTBOX_ALLOW_NETWORKS
+    (e.g. 127.0.0.0/8 for a local receiver). A host that does not resolve yet is only a
+    warning: the worker checks the address again before every delivery.
+
     \b
     Example:
       outbox endpoints add https://example.com/hooks --event-type invoice.paid \\
           --header "X-Team=billing"
     """
-    parsed = _parse_headers(headers)
+    parsed = parse_headers(headers)
     with ctx.connect() as conn:
         created = ep.add(
             conn, url, schema=ctx.schema, event_types=event_types or None, secret=secret,
             headers=parsed, description=description, max_attempts=max_attempts,
             retry_base_seconds=retry_base_seconds, retry_cap_seconds=retry_cap_seconds,
-            timeout_seconds=timeout_seconds,
+            timeout_seconds=timeout_seconds, allow_networks=ctx.allow_networks(),
         )
+    print_warnings(created.warnings)
     click.echo(f"id:     {created.endpoint.id}")
     if created.secret:
         click.echo(f"secret: {created.secret}")
@@ -95,7 +109,7 @@ def list_(ctx: Context, as_json: bool) -> None:
     with ctx.connect() as conn:
         rows = ep.list_all(conn, schema=ctx.schema)
     if as_json:
-        click.echo(json.dumps([_as_json(r) for r in rows], indent=2))
+        click.echo(json.dumps([endpoint_json(r) for r in rows], indent=2))
         return
     table = [
         [str(r.id), r.url, ",".join(r.event_types) if r.event_types else "*",

@@ -1,0 +1,212 @@
+"""``outbox endpoints update | rotate-secret | ping``: change and check an endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import ipaddress
+import json
+import uuid
+from typing import Any
+from urllib.parse import urlsplit
+
+import click
+from pydantic import ValidationError
+
+from outbox import endpoints as ep
+from outbox.cli import Context, Failed, pass_ctx
+from outbox.cli.endpoints import endpoint_json, endpoints, parse_headers, print_warnings
+from outbox.cli.output import cut, echo_json, when
+from outbox.cli.params import Duration
+from outbox.errors import ConfigurationError
+from outbox.event import new_id
+from outbox.ssrf import BlockedAddress, IPNetwork, check_url_sync, parse_networks
+
+PING_TYPE = "outbox.ping"
+
+
+@endpoints.command("update")
+@click.argument("endpoint_id", metavar="ID")
+@click.option("--url", default=None, help="New URL (pending deliveries go there too).")
+@click.option("--event-type", "event_types", multiple=True, metavar="TYPE",
+              help="Replace the event-type filter with these types (repeatable).")
+@click.option("--all-event-types", is_flag=True, help="Remove the filter: every type.")
+@click.option("--header", "headers", multiple=True, metavar="K=V",
+              help="Add or replace a header (repeatable); others are kept.")
+@click.option("--clear-headers", is_flag=True, help="Drop all custom headers first.")
+@click.option("--description", default=None, help="Free text shown in listings.")
+@click.option("--max-attempts", type=click.IntRange(1, 100), default=None,
+              help="Attempts before a delivery is dead.")
+@click.option("--retry-base-seconds", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="First retry delay scale.")
+@click.option("--retry-cap-seconds", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Longest retry delay.")
+@click.option("--timeout", "timeout_seconds", type=click.FloatRange(min=0, min_open=True),
+              default=None, help="HTTP timeout for this endpoint, seconds.")
+@click.option("--json", "as_json", is_flag=True, help="Print the endpoint as JSON.")
+@pass_ctx
+def update(ctx: Context, endpoint_id: str, url: str | None, event_types: tuple[str, ...],
+           all_event_types: bool, headers: tuple[str, ...], clear_headers: bool,
+           description: str | None, max_attempts: int | None,
+           retry_base_seconds: float | None, retry_cap_seconds: float | None,
+           timeout_seconds: float | None, as_json: bool) -> None:
+    """Change an endpoint; options not given keep their value. Validated like `add`,
+    including the address check of a new URL (see `outbox endpoints add --help`).
+
+    \b
+    Examples:
+      outbox endpoints update 0193... --url https://hooks.example.com/v2
+      outbox endpoints update 0193... --event-type invoice.paid --event-type invoice.void
+      outbox endpoints update 0193... --clear-headers --header "X-Team=billing"
+    """
+    changes: list[Any] = [url, event_types, all_event_types, headers, clear_headers,
+                          description, max_attempts, retry_base_seconds, retry_cap_seconds,
+                          timeout_seconds]
+    if not any(c not in (None, False, ()) for c in changes):
+        raise click.UsageError("nothing to update: give at least one option (see --help)")
+    if event_types and all_event_types:
+        raise click.UsageError("--event-type and --all-event-types contradict each other")
+    parsed = parse_headers(headers)
+    with ctx.connect() as conn:
+        done = ep.update(
+            conn, endpoint_id, schema=ctx.schema, url=url, event_types=event_types or None,
+            all_event_types=all_event_types, headers=parsed, clear_headers=clear_headers,
+            description=description, max_attempts=max_attempts,
+            retry_base_seconds=retry_base_seconds, retry_cap_seconds=retry_cap_seconds,
+            timeout_seconds=timeout_seconds,
+            allow_networks=ctx.allow_networks() if url is not None else None,
+        )
+    print_warnings(done.warnings)
+    if as_json:
+        click.echo(json.dumps(endpoint_json(done.endpoint), indent=2))
+        return
+    e = done.endpoint
+    click.echo(f"updated {e.id}")
+    click.echo(f"  url:         {e.url}")
+    click.echo(f"  event types: {', '.join(e.event_types) if e.event_types else '*'}")
+    click.echo(f"  headers:     {', '.join(f'{k}={v}' for k, v in e.headers.items()) or '-'}")
+
+
+@endpoints.command("rotate-secret")
+@click.argument("endpoint_id", metavar="ID")
+@click.option("--grace", type=Duration(), default="24h", show_default=True,
+              metavar="DURATION",
+              help="How long the old secret keeps signing beside the new one (0 ends it now).")
+@click.option("--secret", default=None, metavar="whsec_...",
+              help="Use this new secret instead of generating one.")
+@click.option("--force", is_flag=True,
+              help="Rotate even though the previous rotation's grace is still running.")
+@pass_ctx
+def rotate_secret(ctx: Context, endpoint_id: str, grace: dt.timedelta, secret: str | None,
+                  force: bool) -> None:
+    """Give an endpoint a new signing secret, printed once.
+
+    Until the grace period ends, every request carries two signatures (new and old), so
+    the receiver can switch to the new secret whenever it likes; after it, only the new
+    secret signs. Give the receiver the new secret within the grace period.
+
+    \b
+    Example:
+      outbox endpoints rotate-secret 0193... --grace 48h
+    """
+    with ctx.connect() as conn:
+        rotated = ep.rotate_secret(conn, endpoint_id, schema=ctx.schema, grace=grace,
+                                   secret=secret, force=force)
+    click.echo(f"id:     {rotated.endpoint.id}")
+    if secret is None:
+        click.echo(f"secret: {rotated.secret}")
+        click.echo("(the secret is shown only now: store it with the receiver)", err=True)
+    until = rotated.endpoint.previous_secret_expires_at
+    click.echo(f"the old secret also signs until {when(until)}", err=True)
+
+
+@endpoints.command("ping")
+@click.argument("endpoint_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@pass_ctx
+def ping(ctx: Context, endpoint_id: str, as_json: bool) -> None:
+    """Send a signed `outbox.ping` event to an endpoint now, and show the answer.
+
+    The request goes through the worker's own sender: same signing (both secrets during a
+    rotation), headers, timeouts and SSRF guard ($OUTBOX_ALLOW_NETWORKS: a loopback or
+    private address is refused unless allowed there). It is sent
+    even if the endpoint is disabled, and nothing is written to the database. Exits 1
+    unless the receiver answers 2xx.
+
+    \b
+    Example:
+      outbox endpoints ping 0193...
+    """
+    with ctx.connect() as conn:
+        endpoint = ep.get(conn, endpoint_id, schema=ctx.schema)
+        secrets = ep.signing_secrets(conn, endpoint.id, schema=ctx.schema)
+    outcome = asyncio.run(_ping(ctx, endpoint, secrets))
+    if as_json:
+        echo_json(outcome)
+    else:
+        click.echo(f"{endpoint.url}: {outcome['status'] or 'no answer'} in "
+                   f"{outcome['duration_ms']:.0f} ms ({outcome['verdict']})")
+        click.echo(f"webhook-id: {outcome['webhook_id']}")
+        if outcome["error"]:
+            click.echo(f"error:      {outcome['error']}")
+        click.echo(f"response:   {cut(outcome['response'], 300)}")
+    if outcome["verdict"] != "delivered":
+        raise Failed(f"ping to {endpoint.url} failed: {outcome['error']}")
+
+
+def _check_literal(url: str, allow: tuple[IPNetwork, ...]) -> None:
+    """Refuse an IP-literal URL outside ``allow`` before sending: the worker's aiohttp
+    transport does not pass literal hosts through its guarded resolver (names it does)."""
+    host = urlsplit(url).hostname or ""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return  # a name: the guarded resolver checks and pins it
+    try:
+        check_url_sync(url, allow)
+    except BlockedAddress as exc:
+        raise Failed(f"ping to {url} refused: {exc}") from None
+
+
+async def _ping(ctx: Context, endpoint: ep.Endpoint, secrets: list[str]) -> dict[str, Any]:
+    try:
+        import httpx
+
+        from delivery.jobs import Job
+        from delivery.request import build_headers
+        from delivery.runner import make_worker_client
+        from delivery.sender import send
+        from delivery.settings import WorkerSettings
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"ping needs the worker extra ({exc.name}): pip install 'outbox[worker]'") from None
+    try:
+        settings = WorkerSettings(**ctx.overrides)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "settings"
+        raise ConfigurationError(f"invalid worker setting {where}: {first['msg']}") from None
+    now = dt.datetime.now(dt.UTC)
+    event_id = new_id()
+    body = json.dumps({"type": PING_TYPE, "timestamp": now.isoformat(timespec="seconds"),
+                       "data": {"endpoint_id": str(endpoint.id)}}, separators=(",", ":"))
+    job = Job(
+        delivery_id=0, attempt=1, token=uuid.uuid4(), event_id=event_id, event_type=PING_TYPE,
+        payload=body, emitted_at=now, endpoint_id=endpoint.id, url=endpoint.url,
+        enabled=endpoint.enabled, secret=secrets[0],
+        previous_secret=secrets[1] if len(secrets) > 1 else None, headers=endpoint.headers,
+        max_attempts=1, retry_base_seconds=None, retry_cap_seconds=None,
+        timeout_seconds=endpoint.timeout_seconds,
+    )
+    _check_literal(endpoint.url, parse_networks(settings.allow_networks))
+    raw = body.encode()
+    headers = build_headers(job, raw, user_agent=settings.user_agent,
+                            timestamp=int(now.timestamp()))
+    total = settings.endpoint_timeout(endpoint.timeout_seconds)
+    timeout = httpx.Timeout(total, connect=min(total, settings.connect_timeout_seconds))
+    async with make_worker_client(settings) as client:
+        result = await send(client, endpoint.url, raw, headers, timeout=timeout,
+                            total_timeout=total, body_cap=settings.response_body_cap)
+    return {"webhook_id": str(event_id), "url": endpoint.url, "status": result.status_code,
+            "duration_ms": result.duration_ms, "verdict": str(result.verdict),
+            "error": result.error, "response": result.response_excerpt}

@@ -1,0 +1,61 @@
+"""Click parameter types shared by the operator commands: durations and points in time.
+
+A bad value is a usage error (exit 2) naming the option and an accepted form.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import click
+
+from outbox import timeparse
+
+
+class Duration(click.ParamType[dt.timedelta]):
+    """``90s``, ``30m``, ``2h``, ``7d``, ``1h30m`` or ISO 8601 ``PT2H``; at least ``minimum``."""
+
+    name = "duration"
+
+    def __init__(self, minimum: dt.timedelta = dt.timedelta(0)) -> None:
+        self.minimum = minimum
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> dt.timedelta:
+        if isinstance(value, dt.timedelta):
+            return value
+        try:
+            duration = timeparse.parse_duration(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        if duration < self.minimum:
+            self.fail(f"{value!r} is shorter than {timeparse.format_duration(self.minimum)}",
+                      param, ctx)
+        return duration
+
+
+class When(click.ParamType[dt.datetime]):
+    """A time ago (``2h``, ``7d``) or an ISO 8601 time (UTC unless it has an offset)."""
+
+    name = "when"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> dt.datetime:
+        if isinstance(value, dt.datetime):
+            return value
+        try:
+            return timeparse.parse_when(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+def check_range(since: dt.datetime | None, until: dt.datetime | None) -> None:
+    """Usage error (exit 2) if ``--since`` is not before ``--until``."""
+    if since is not None and until is not None and since >= until:
+        raise click.BadParameter(
+            f"--since ({since.isoformat(timespec='seconds')}) must be before --until "
+            f"({until.isoformat(timespec='seconds')})", param_hint="--since/--until")
+
+
+TIME_HELP = "A time ago (2h, 7d, 30m, 90s) or ISO 8601 (2024-05-01T12:00Z; UTC if no offset)."
