@@ -28,6 +28,7 @@ class Job:
     retry_base_seconds: float | None
     retry_cap_seconds: float | None
     timeout_seconds: float | None
+    max_in_flight: int | None = None
 
     @property
     def webhook_id(self) -> str:

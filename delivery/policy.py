@@ -45,6 +45,16 @@ def decide(job: Job, result: AttemptResult, settings: WorkerSettings) -> Complet
     )
 
 
+def defer(job: Job, delay: float) -> Completion:
+    """Hand back a claimed delivery unsent (attempt refunded), visible again after ``delay``:
+    its endpoint is at its in-flight cap or its circuit breaker is open."""
+    return Completion(
+        delivery_id=job.delivery_id, token=job.token, state="pending", delay=delay,
+        refund=1, status=None, error=None, outcome="deferred", attempt=job.attempt,
+        duration_ms=0.0, error_class=None, excerpt=None,
+    )
+
+
 def park(job: Job) -> Completion:
     """Hand back a claimed delivery of a disabled endpoint untouched, until re-enabled."""
     return Completion(

@@ -24,7 +24,7 @@ SELECT c.id, c.attempts, c.event_id, ev.type, ev.payload::text, ev.created_at,
        ep.id, ep.url, ep.enabled, ep.secret,
        CASE WHEN ep.previous_secret_expires_at > now() THEN ep.previous_secret END,
        ep.headers, ep.max_attempts, ep.retry_base_seconds, ep.retry_cap_seconds,
-       ep.timeout_seconds
+       ep.timeout_seconds, ep.max_in_flight
   FROM claimed c
   JOIN {schema}.events ev ON ev.id = c.event_id
   JOIN {schema}.endpoints ep ON ep.id = c.endpoint_id
@@ -76,6 +76,15 @@ SELECT count(*) FROM upd
 ANY_DUE = """
 SELECT EXISTS (SELECT 1 FROM {schema}.deliveries
                 WHERE state = 'pending' AND visible_at <= now())
+"""
+
+# Circuit breaker opened: push the endpoint's pending rows past the cooldown so that no
+# worker claims them meanwhile (a leased row keeps its token: its completion still applies).
+PUSH_ENDPOINT = """
+UPDATE {schema}.deliveries
+   SET visible_at = now() + make_interval(secs => %(seconds)s)
+ WHERE endpoint_id = %(endpoint)s AND state = 'pending'
+   AND visible_at < now() + make_interval(secs => %(seconds)s)
 """
 
 # Due backlog and the age of its oldest row, for the gauges (and KEDA's scaler query).

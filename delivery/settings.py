@@ -37,6 +37,10 @@ class WorkerSettings(Settings):
     response_body_cap: int = Field(default=16 * 1024, ge=0)
     allow_networks: str = ""
     user_agent: str = "outbox-webhooks/0.1"
+    # Per-process cap on requests in flight to one endpoint; 0: a quarter of concurrency.
+    endpoint_max_in_flight: int = Field(default=0, ge=0)
+    breaker_threshold: int = Field(default=10, ge=1)
+    breaker_cooldown_seconds: float = Field(default=30.0, gt=0)
     metrics_port: int = Field(default=9464, ge=0, le=65535)  # 0: no metrics/health server
     metrics_host: str = "0.0.0.0"
     log_format: Literal["json", "text"] = "json"
@@ -62,6 +66,10 @@ class WorkerSettings(Settings):
         if self.retry_base_seconds > self.retry_cap_seconds:
             raise ValueError("OUTBOX_RETRY_BASE_SECONDS must not exceed OUTBOX_RETRY_CAP_SECONDS")
         return self
+
+    @property
+    def default_endpoint_cap(self) -> int:
+        return self.endpoint_max_in_flight or max(1, self.concurrency // 4)
 
     def endpoint_timeout(self, requested: float | None) -> float:
         """An endpoint's HTTP timeout, kept below the lease whatever the endpoint asks."""

@@ -49,6 +49,7 @@ class Store:
         self.on_error: Callable[[], None] = lambda: None
         self.healthy = True  # False from a failed call until the next success
         self._backlog_sql = render(queries.BACKLOG, settings.schema_name)
+        self._push_sql = render(queries.PUSH_ENDPOINT, settings.schema_name)
 
     async def open(self) -> None:
         await self.pool.open(wait=False)
@@ -108,6 +109,16 @@ class Store:
 
         return await self._retrying(op)
 
+    async def push_endpoint(self, endpoint_id: uuid.UUID, seconds: float) -> int:
+        """Hide an endpoint's pending deliveries for ``seconds`` (circuit breaker)."""
+        params = {"endpoint": endpoint_id, "seconds": seconds}
+
+        async def op() -> int:
+            async with self.pool.connection() as conn:
+                return (await conn.execute(self._push_sql, params)).rowcount
+
+        return await self._retrying(op)
+
     async def backlog(self) -> tuple[int, float]:
         """(due deliveries, age in seconds of the oldest) -- the alerting numbers."""
         async def op() -> tuple[int, float]:
@@ -128,13 +139,14 @@ class Store:
 
 def _job(row: tuple[Any, ...], token: uuid.UUID) -> Job:
     (delivery_id, attempt, event_id, event_type, payload, emitted_at, endpoint_id, url,
-     enabled, secret, previous, headers, max_attempts, base, cap, timeout) = row
+     enabled, secret, previous, headers, max_attempts, base, cap, timeout, in_flight) = row
     return Job(
         delivery_id=delivery_id, attempt=attempt, token=token, event_id=event_id,
         event_type=event_type, payload=payload, emitted_at=emitted_at,
         endpoint_id=endpoint_id, url=url, enabled=enabled, secret=secret,
         previous_secret=previous, headers=dict(headers or {}), max_attempts=max_attempts,
         retry_base_seconds=base, retry_cap_seconds=cap, timeout_seconds=timeout,
+        max_in_flight=in_flight,
     )
 
 

@@ -27,9 +27,11 @@ import time
 import httpx
 import psycopg
 
+from delivery.fairness import EndpointGate
 from delivery.jobs import Completion, Job
 from delivery.metrics import Metrics
-from delivery.policy import decide, park
+from delivery.outcome import Verdict
+from delivery.policy import decide, defer, park
 from delivery.request import build_headers
 from delivery.sender import send
 from delivery.settings import WorkerSettings
@@ -49,10 +51,15 @@ class Worker:
         self.client = client
         self.store = store or Store(settings)
         self.metrics = Metrics()
+        self.gate = EndpointGate(default_cap=settings.default_endpoint_cap,
+                                 threshold=settings.breaker_threshold,
+                                 cooldown=settings.breaker_cooldown_seconds)
         self._stopped = asyncio.Event()
         self.store.stopping = self._stopped.is_set
         self.store.on_error = self.metrics.database_errors.inc
         self._inflight: set[asyncio.Task[None]] = set()
+        self._side_tasks: set[asyncio.Task[int]] = set()
+        self._deferred_at = -1e9
         self._done: list[Completion] = []
         self._have_done = asyncio.Event()
         self._wake = asyncio.Event()
@@ -101,25 +108,48 @@ class Worker:
 
     async def _claim_loop(self, drain: bool) -> None:
         cfg = self.settings
+        budget = cfg.batch_size  # shrinks while claims come back deferred (endpoints at cap)
         while not self._stopped.is_set():
             free = cfg.concurrency - len(self._inflight)
             if free <= 0:
                 await self._wait(None)
                 continue
-            jobs = await self.store.claim(min(free, cfg.batch_size))
+            limit = min(free, cfg.batch_size, budget)
+            jobs = await self.store.claim(limit)
             self.stats["claimed"] += len(jobs)
             self.metrics.claimed_per_poll.observe(len(jobs))
-            for job in jobs:
-                task = asyncio.create_task(self._deliver(job))
-                self._inflight.add(task)
-                task.add_done_callback(self._task_done)
+            started = sum(self._start(job) for job in jobs)
             self.metrics.in_flight.set(len(self._inflight))
-            if jobs and len(jobs) == min(free, cfg.batch_size):
-                continue  # more may be due: claim again at once
-            idle = not jobs and not self._inflight and not self._done
-            if drain and idle and not await self.store.any_due():
+            if started < len(jobs):  # some endpoint is at its cap: claim what can start
+                budget = max(1, 2 * started)
+                self._deferred_at = time.monotonic()
+            else:
+                budget = cfg.batch_size
+                if jobs and len(jobs) == limit:
+                    continue  # more may be due: claim again at once
+            if drain and not jobs and await self._drained():
                 return
             await self._wait(cfg.poll_interval_seconds)
+
+    async def _drained(self) -> bool:
+        """Nothing in flight, nothing to record, nothing handed back just now, nothing due."""
+        if self._inflight or self._done or time.monotonic() - self._deferred_at < 2.0:
+            return False
+        return not await self.store.any_due()
+
+    def _start(self, job: Job) -> bool:
+        """Send ``job`` now (True), or hand it back (disabled endpoint, cap, open breaker)."""
+        if not job.enabled:
+            self._record(park(job))
+            return False
+        delay = self.gate.admit(job.endpoint_id, job.max_in_flight)
+        if delay is not None:
+            self._record(defer(job, delay))
+            return False
+        task = asyncio.create_task(self._deliver(job))
+        self._inflight.add(task)
+        task.add_done_callback(self._task_done)
+        return True
 
     async def _wait(self, timeout: float | None) -> None:
         """Sleep until a slot frees, the poll interval passes, or stop() is called."""
@@ -136,9 +166,20 @@ class Worker:
             log.error("delivery task failed", exc_info=task.exception())
 
     async def _deliver(self, job: Job) -> None:
-        if not job.enabled:
-            self._record(park(job))
-            return
+        failed = True
+        try:
+            failed = await self._attempt(job)
+        finally:
+            cooldown = self.gate.release(job.endpoint_id, failed=failed)
+            if cooldown is not None and not self._stopped.is_set():
+                log.warning("endpoint circuit open for %.0fs", cooldown,
+                            extra={"endpoint_id": str(job.endpoint_id)})
+                task = asyncio.create_task(self.store.push_endpoint(job.endpoint_id, cooldown))
+                self._side_tasks.add(task)
+                task.add_done_callback(self._side_tasks.discard)
+
+    async def _attempt(self, job: Job) -> bool:
+        """Send one delivery and queue its completion; True if the endpoint failed."""
         body = job.payload.encode()
         headers = build_headers(job, body, user_agent=self.settings.user_agent,
                                 timestamp=int(time.time()))
@@ -154,6 +195,7 @@ class Worker:
             "outcome": done.outcome, "status": done.status,
             "duration_ms": round(done.duration_ms, 1), "error": done.error})
         self._record(done)
+        return result.verdict is Verdict.RETRY
 
     def _record(self, done: Completion) -> None:
         self._done.append(done)
@@ -181,7 +223,7 @@ class Worker:
     def _count(self, batch: list[Completion], applied: int) -> None:
         for c in batch:
             key = {"delivered": "delivered", "dead": "dead"}.get(c.state, "retry")
-            if c.outcome != "parked":
+            if c.outcome not in ("parked", "deferred"):
                 self.stats[key] += 1
         self.stats["fenced"] += len(batch) - applied
         self.metrics.fenced(len(batch) - applied)

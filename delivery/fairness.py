@@ -1,0 +1,84 @@
+"""Per-endpoint in-flight caps and circuit breakers: one bad endpoint cannot stall the rest.
+
+Process-local, pure bookkeeping (no I/O); the worker acts on its answers:
+
+- **In-flight cap.** At most ``cap`` requests to one endpoint are in flight in this process
+  (endpoint's ``max_in_flight``, else ``OUTBOX_ENDPOINT_MAX_IN_FLIGHT``). A claimed delivery
+  over the cap is handed back untouched (attempt refunded) to be claimed again after a short
+  jittered delay, so a hanging endpoint holds at most ``cap`` of the worker's slots.
+- **Circuit breaker.** ``threshold`` consecutive failures (timeouts, connection errors,
+  5xx...) open the endpoint's breaker for ``cooldown`` seconds: the worker pushes the
+  endpoint's pending rows past the cooldown (other processes then skip them too) and hands
+  back any it still claims. After the cooldown one probe request is let through (half-open):
+  success closes the breaker, failure re-opens it.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from uuid import UUID
+
+DEFER_SECONDS = 0.5
+
+
+@dataclass(slots=True)
+class _State:
+    in_flight: int = 0
+    failures: int = 0
+    open_until: float = 0.0
+    probing: bool = False
+
+
+class EndpointGate:
+    """Admission decisions per endpoint."""
+
+    def __init__(self, *, default_cap: int, threshold: int, cooldown: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.default_cap = default_cap
+        self.threshold = threshold
+        self.cooldown = cooldown
+        self._clock = clock
+        self._states: dict[UUID, _State] = {}
+
+    def _state(self, endpoint: UUID) -> _State:
+        state = self._states.get(endpoint)
+        if state is None:
+            state = self._states[endpoint] = _State()
+        return state
+
+    def admit(self, endpoint: UUID, cap: int | None = None) -> float | None:
+        """None: send now (counted in flight). Otherwise: hand back, visible again after
+        the returned number of seconds."""
+        state = self._state(endpoint)
+        now = self._clock()
+        if state.open_until > now:
+            return state.open_until - now
+        if state.open_until and (state.probing or state.in_flight):
+            return DEFER_SECONDS * (1 + random.random())  # half-open: one probe at a time
+        if state.open_until:
+            state.probing = True
+        elif state.in_flight >= (cap or self.default_cap):
+            return DEFER_SECONDS * (1 + random.random())
+        state.in_flight += 1
+        return None
+
+    def release(self, endpoint: UUID, *, failed: bool) -> float | None:
+        """Account a finished request. Returns the cooldown if this failure opened the
+        breaker (the caller pushes the endpoint's pending rows), else None."""
+        state = self._state(endpoint)
+        state.in_flight = max(state.in_flight - 1, 0)
+        probe, state.probing = state.probing, False
+        if not failed:
+            state.failures, state.open_until = 0, 0.0
+            return None
+        state.failures += 1
+        if probe or (state.failures >= self.threshold and not state.open_until):
+            state.open_until = self._clock() + self.cooldown
+            return self.cooldown
+        return None
+
+    def is_open(self, endpoint: UUID) -> bool:
+        return self._state(endpoint).open_until > self._clock()

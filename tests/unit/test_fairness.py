@@ -1,0 +1,58 @@
+"""EndpointGate: caps, breaker opening, half-open probing, closing."""
+
+from __future__ import annotations
+
+import uuid
+
+from delivery.fairness import EndpointGate
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_cap_per_endpoint_is_independent() -> None:
+    gate = EndpointGate(default_cap=2, threshold=3, cooldown=30, clock=Clock())
+    a, b = uuid.uuid4(), uuid.uuid4()
+    assert gate.admit(a) is None and gate.admit(a) is None
+    deferred = gate.admit(a)
+    assert deferred is not None and 0.5 <= deferred <= 1.0
+    assert gate.admit(b) is None  # b is unaffected by a
+    gate.release(a, failed=False)
+    assert gate.admit(a) is None
+    assert gate.admit(b, cap=1) is not None  # an endpoint's own cap wins
+
+
+def test_breaker_opens_probes_and_closes() -> None:
+    clock = Clock()
+    gate = EndpointGate(default_cap=10, threshold=3, cooldown=30, clock=clock)
+    e = uuid.uuid4()
+    opened = []
+    for _ in range(3):
+        assert gate.admit(e) is None
+        opened.append(gate.release(e, failed=True))
+    assert opened == [None, None, 30]
+    assert gate.is_open(e)
+    assert gate.admit(e) == 30  # handed back until the cooldown ends
+    clock.now += 31
+    assert gate.admit(e) is None  # the probe
+    assert gate.admit(e) is not None  # only one probe at a time
+    assert gate.release(e, failed=True) == 30  # failed probe re-opens
+    clock.now += 31
+    assert gate.admit(e) is None
+    assert gate.release(e, failed=False) is None  # a good probe closes it
+    assert not gate.is_open(e)
+    assert all(gate.admit(e) is None for _ in range(10))
+
+
+def test_success_resets_the_failure_count() -> None:
+    gate = EndpointGate(default_cap=10, threshold=3, cooldown=30, clock=Clock())
+    e = uuid.uuid4()
+    for failed in (True, True, False, True, True):
+        gate.admit(e)
+        assert gate.release(e, failed=failed) is None
+    assert not gate.is_open(e)
