@@ -150,6 +150,112 @@ SELECT secret, CASE WHEN previous_secret_expires_at > now() THEN previous_secret
   FROM {schema}.endpoints WHERE id = %s
 """
 
+# --- dead letters (outbox.deadletter) ----------------------------------------------------
+# Every selector is optional: a NULL parameter switches its condition off. Run these
+# unprepared (prepare=False) so each execution is planned with its actual values and the
+# switched-off conditions fold away (a generic plan could not use the partial indexes).
+# The dead-only partial indexes (0001 deliveries_dead, 0002) keep them off delivered rows.
+_DEAD_SELECTION = """
+       d.state = 'dead'
+   AND (%(endpoint)s::uuid IS NULL OR d.endpoint_id = %(endpoint)s::uuid)
+   AND (%(since)s::timestamptz IS NULL OR d.finished_at >= %(since)s::timestamptz)
+   AND (%(until)s::timestamptz IS NULL OR d.finished_at < %(until)s::timestamptz)
+   AND (%(ids)s::bigint[] IS NULL OR d.id = ANY (%(ids)s::bigint[]))
+   AND (%(event_type)s::text IS NULL OR EXISTS (
+            SELECT 1 FROM {schema}.events t
+             WHERE t.id = d.event_id AND t.type = %(event_type)s::text))
+"""
+
+DEAD_LIST = (
+    """
+SELECT d.id, d.event_id, ev.type, d.endpoint_id, ep.url, d.attempts, d.last_status,
+       d.last_error, d.created_at, d.finished_at
+  FROM {schema}.deliveries d
+  LEFT JOIN {schema}.events ev ON ev.id = d.event_id
+  LEFT JOIN {schema}.endpoints ep ON ep.id = d.endpoint_id
+ WHERE"""
+    + _DEAD_SELECTION
+    + """
+ ORDER BY d.finished_at DESC, d.id DESC
+ LIMIT %(limit)s
+"""
+)
+
+# What a replay would touch, per endpoint (dry-run output and the disabled-endpoint check).
+DEAD_SUMMARY = (
+    """
+SELECT d.endpoint_id, ep.url, COALESCE(ep.enabled, false), ep.disabled_reason, count(*)
+  FROM {schema}.deliveries d
+  LEFT JOIN {schema}.endpoints ep ON ep.id = d.endpoint_id
+ WHERE"""
+    + _DEAD_SELECTION
+    + """
+ GROUP BY d.endpoint_id, ep.url, ep.enabled, ep.disabled_reason
+ ORDER BY count(*) DESC, d.endpoint_id
+"""
+)
+
+DELIVERY_STATES = "SELECT id, state FROM {schema}.deliveries WHERE id = ANY (%s::bigint[])"
+
+# One replay batch, one short transaction: the next `limit` selected rows after the keyset
+# cursor `after` (by id). Rows are locked in id order (concurrent replays queue behind each
+# other instead of deadlocking), and a row whose lock had to be waited for is re-checked
+# against the selection: one replayed meanwhile, or already pending (claimed, leased) is
+# left alone, so there is one row per (event, endpoint) and never two pending copies.
+# Each replayed row gets an attempt-log entry (attempt 0, outcome 'replayed') saying what
+# it died of.
+REPLAY_BATCH = (
+    """
+WITH picked AS MATERIALIZED (
+    SELECT d.id, d.attempts, d.last_status, d.last_error
+      FROM {schema}.deliveries d
+     WHERE"""
+    + _DEAD_SELECTION
+    + """
+       AND d.id > %(after)s
+     ORDER BY d.id
+     LIMIT %(limit)s
+       FOR UPDATE),
+replayed AS (
+    UPDATE {schema}.deliveries d
+       SET state = 'pending', attempts = 0, visible_at = now(), lease_token = NULL,
+           finished_at = NULL, last_status = NULL, last_error = NULL
+      FROM picked
+     WHERE d.id = picked.id AND d.state = 'dead'
+    RETURNING d.id, picked.attempts, picked.last_status, picked.last_error),
+logged AS (
+    INSERT INTO {schema}.delivery_attempts
+        (delivery_id, attempt, outcome, status_code, error_class, error, worker)
+    SELECT id, 0, 'replayed', last_status, NULL,
+           format('replayed after %%s attempts; was dead with: %%s', attempts,
+                  COALESCE(last_error, '-')),
+           %(actor)s
+      FROM replayed)
+SELECT (SELECT max(id) FROM picked), (SELECT count(*) FROM picked),
+       (SELECT count(*) FROM replayed)
+"""
+)
+
+DELIVERY_GET = """
+SELECT d.id, d.event_id, d.endpoint_id, d.state, d.attempts, d.visible_at,
+       d.lease_token IS NOT NULL AS leased, d.last_status, d.last_error, d.created_at,
+       d.finished_at, ev.type AS event_type, ev.payload::text AS payload, ev.key AS event_key,
+       ev.created_at AS emitted_at, ep.url AS endpoint_url,
+       COALESCE(ep.enabled, false) AS endpoint_enabled
+  FROM {schema}.deliveries d
+  LEFT JOIN {schema}.events ev ON ev.id = d.event_id
+  LEFT JOIN {schema}.endpoints ep ON ep.id = d.endpoint_id
+ WHERE d.id = %s
+"""
+
+DELIVERY_ATTEMPTS = """
+SELECT attempt, outcome, status_code, duration_ms, error_class, error, response_excerpt,
+       worker, created_at
+  FROM {schema}.delivery_attempts
+ WHERE delivery_id = %s
+ ORDER BY id
+"""
+
 # --- migrations -------------------------------------------------------------------------
 MIGRATIONS_TABLE = """
 CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (

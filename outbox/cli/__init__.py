@@ -86,6 +86,11 @@ def cli(ctx: click.Context, database_url: str | None, schema: str | None) -> Non
       outbox migrate
       outbox endpoints add https://example.com/hooks --event-type invoice.paid
       outbox worker
+
+    \b
+    Operations:
+      outbox dead list --since 1h        # what died, and why
+      outbox replay --endpoint ID --dry-run
     """
     overrides: dict[str, Any] = {}
     if database_url:
@@ -97,7 +102,15 @@ def cli(ctx: click.Context, database_url: str | None, schema: str | None) -> Non
 
 def load_commands() -> None:
     """Import every command module: each registers its commands on :data:`cli`."""
-    from outbox.cli import demo, endpoint_ops, endpoints, migrate, worker  # noqa: F401
+    from outbox.cli import (  # noqa: F401
+        dead,
+        demo,
+        endpoint_ops,
+        endpoints,
+        migrate,
+        replay,
+        worker,
+    )
 
 
 def main() -> None:

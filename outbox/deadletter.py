@@ -1,0 +1,280 @@
+"""Dead letters: list and inspect dead deliveries, and replay them.
+
+A replay puts a dead delivery back in the queue: state ``pending``, ``attempts`` 0 (a
+fresh retry budget), due now, no lease, no ``finished_at``. It is the same row, so the
+same event and the same ``webhook-id``: receivers that deduplicate see a retry, not a new
+event. Guarantees of :func:`replay`:
+
+- **No duplicates.** There is one row per (event, endpoint); a batch updates only rows
+  that are still ``dead`` when it locks them. Replaying the same rows twice, two replays
+  at once, or a replay while a worker delivers an already replayed row never makes a
+  second pending copy and never touches a pending (possibly leased) row.
+- **Short transactions.** Rows go in batches of ``batch_size`` ids, keyset-paginated by
+  id, each batch its own transaction; nothing is held between batches. An interrupted
+  replay leaves whole batches replayed and the rest dead: running it again finishes it.
+- **Audited.** Each replayed row gets a ``delivery_attempts`` entry (attempt 0, outcome
+  ``replayed``, by ``actor``) recording what it had died of.
+- **Refusals change nothing.** Unknown ids raise :class:`DeliveryNotFound`; dead rows of a
+  disabled endpoint raise :class:`OperationRefused` unless ``enable_endpoints``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
+from psycopg.rows import dict_row
+
+from outbox import endpoints as ep
+from outbox import queries
+from outbox.db import render, translated
+from outbox.errors import DeliveryNotFound, OperationRefused
+
+Progress = Callable[[int, int], None]
+"""Called after each committed batch with (rows examined so far, rows selected in all)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """Which dead deliveries: every given condition must hold (none given: all of them).
+
+    ``since`` (inclusive) and ``until`` (exclusive) bound ``finished_at``, when it died.
+    """
+
+    ids: tuple[int, ...] = ()
+    endpoint_id: uuid.UUID | None = None
+    event_type: str | None = None
+    since: dt.datetime | None = None
+    until: dt.datetime | None = None
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "ids": list(self.ids) or None, "endpoint": self.endpoint_id,
+            "event_type": self.event_type, "since": self.since, "until": self.until,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class DeadDelivery:
+    """One row of :func:`list_dead`."""
+
+    id: int
+    event_id: uuid.UUID
+    event_type: str | None
+    endpoint_id: uuid.UUID
+    url: str | None
+    attempts: int
+    last_status: int | None
+    last_error: str | None
+    created_at: dt.datetime
+    finished_at: dt.datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One ``delivery_attempts`` row."""
+
+    attempt: int
+    outcome: str
+    status_code: int | None
+    duration_ms: float | None
+    error_class: str | None
+    error: str | None
+    response_excerpt: str | None
+    worker: str | None
+    created_at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryDetail:
+    """A delivery with its event and its whole attempt log (oldest first)."""
+
+    id: int
+    event_id: uuid.UUID
+    endpoint_id: uuid.UUID
+    state: str
+    attempts: int
+    visible_at: dt.datetime
+    leased: bool
+    last_status: int | None
+    last_error: str | None
+    created_at: dt.datetime
+    finished_at: dt.datetime | None
+    event_type: str | None
+    payload: str | None
+    event_key: str | None
+    emitted_at: dt.datetime | None
+    endpoint_url: str | None
+    endpoint_enabled: bool
+    log: list[Attempt] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointShare:
+    """Selected dead deliveries of one endpoint."""
+
+    endpoint_id: uuid.UUID
+    url: str | None
+    enabled: bool
+    disabled_reason: str | None
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayPlan:
+    """What :func:`replay` would touch now, per endpoint (largest first)."""
+
+    endpoints: list[EndpointShare]
+
+    @property
+    def total(self) -> int:
+        return sum(e.count for e in self.endpoints)
+
+    @property
+    def disabled(self) -> list[EndpointShare]:
+        return [e for e in self.endpoints if not e.enabled]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    """``replayed`` rows went back to pending; ``skipped`` were selected but no longer
+    dead when their batch ran (replayed or pruned meanwhile)."""
+
+    replayed: int
+    skipped: int
+    batches: int
+    enabled_endpoints: list[uuid.UUID]
+
+
+def parse_delivery_id(value: str | int) -> int:
+    """``value`` as a delivery id, or :class:`DeliveryNotFound` naming what was given."""
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise DeliveryNotFound(f"no delivery {value!r} (ids are positive integers)") from None
+    if number <= 0 or number >= 2**63:
+        raise DeliveryNotFound(f"no delivery {value}")
+    return number
+
+
+def list_dead(
+    conn: psycopg.Connection[Any], *, schema: str, selection: Selection = Selection(),
+    limit: int | None = 100,
+) -> list[DeadDelivery]:
+    """Dead deliveries matching ``selection``, most recently dead first (``limit`` None:
+    all). Read-only."""
+    if limit is not None and limit < 0:
+        raise ValueError("limit must not be negative")
+    params = {**selection.params(), "limit": limit}
+    with translated(), conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(render(queries.DEAD_LIST, schema), params, prepare=False)
+        return [_dead(row) for row in cur.fetchall()]
+
+
+def _dead(row: dict[str, Any]) -> DeadDelivery:
+    return DeadDelivery(
+        id=row["id"], event_id=row["event_id"], event_type=row["type"],
+        endpoint_id=row["endpoint_id"], url=row["url"], attempts=row["attempts"],
+        last_status=row["last_status"], last_error=row["last_error"],
+        created_at=row["created_at"], finished_at=row["finished_at"],
+    )
+
+
+def show(conn: psycopg.Connection[Any], delivery_id: str | int, *, schema: str) -> DeliveryDetail:
+    """One delivery (any state), its event and its attempt log; read-only."""
+    did = parse_delivery_id(delivery_id)
+    with translated(), conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(render(queries.DELIVERY_GET, schema), (did,))
+        row = cur.fetchone()
+        if row is None:
+            raise DeliveryNotFound(f"no delivery {did}")
+        cur.execute(render(queries.DELIVERY_ATTEMPTS, schema), (did,))
+        log = [Attempt(**a) for a in cur.fetchall()]
+    return DeliveryDetail(**row, log=log)
+
+
+def plan_replay(
+    conn: psycopg.Connection[Any], *, schema: str, selection: Selection
+) -> ReplayPlan:
+    """The dead deliveries ``selection`` picks now, per endpoint; read-only.
+
+    Raises :class:`DeliveryNotFound` for an id in ``selection.ids`` that does not exist
+    (ids that exist but are not dead are simply not selected).
+    """
+    with translated(), conn.cursor() as cur:
+        if selection.ids:
+            cur.execute(render(queries.DELIVERY_STATES, schema), (list(selection.ids),))
+            found = {row[0] for row in cur.fetchall()}
+            missing = sorted(set(selection.ids) - found)
+            if missing:
+                raise DeliveryNotFound("no delivery " + ", ".join(map(str, missing)))
+        cur.execute(render(queries.DEAD_SUMMARY, schema), selection.params(), prepare=False)
+        shares = [EndpointShare(*row) for row in cur.fetchall()]
+    return ReplayPlan(shares)
+
+
+def refusal(plan: ReplayPlan) -> str | None:
+    """Why ``plan`` may not run without enabling endpoints, or None."""
+    if not plan.disabled:
+        return None
+    names = "; ".join(
+        f"{e.endpoint_id} ({e.url}, {e.count} dead, disabled: {e.disabled_reason or '?'})"
+        for e in plan.disabled
+    )
+    return (f"refusing to replay onto disabled endpoint(s): {names}. Fix the receiver, then "
+            "run `outbox endpoints enable ID` or pass --enable-endpoint")
+
+
+def replay(
+    conn: psycopg.Connection[Any],
+    *,
+    schema: str,
+    selection: Selection,
+    batch_size: int = 1000,
+    enable_endpoints: bool = False,
+    actor: str = "outbox replay",
+    progress: Progress | None = None,
+) -> ReplayResult:
+    """Re-queue the selected dead deliveries (see the module's guarantees).
+
+    ``conn`` must not be inside a transaction: each batch commits on its own. With
+    ``enable_endpoints``, disabled endpoints among the selection are enabled first.
+    """
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1")
+    if conn.info.transaction_status != TransactionStatus.IDLE:
+        raise OperationRefused("replay commits batch by batch: run it outside a transaction")
+    plan = plan_replay(conn, schema=schema, selection=selection)
+    reason = refusal(plan)
+    if reason and not enable_endpoints:
+        raise OperationRefused(reason)
+    enabled = []
+    for share in plan.disabled:
+        with conn.transaction():
+            enabled.append(ep.set_enabled(conn, share.endpoint_id, True, schema=schema).id)
+    sql = render(queries.REPLAY_BATCH, schema)
+    params = {**selection.params(), "limit": batch_size, "actor": actor, "after": 0}
+    replayed = examined = batches = 0
+    while True:
+        with translated(), conn.transaction(), conn.cursor() as cur:
+            cur.execute(sql, params, prepare=False)
+            last_id, picked, done = _three(cur.fetchone())
+        if picked == 0:
+            break
+        batches += 1
+        replayed += done
+        examined += picked
+        params["after"] = last_id
+        if progress is not None:
+            progress(examined, max(plan.total, examined))
+    return ReplayResult(replayed, examined - replayed, batches, enabled)
+
+
+def _three(row: Sequence[Any] | None) -> tuple[int, int, int]:
+    assert row is not None
+    return int(row[0] or 0), int(row[1]), int(row[2])
