@@ -256,6 +256,100 @@ SELECT attempt, outcome, status_code, duration_ms, error_class, error, response_
  ORDER BY id
 """
 
+# --- stats (outbox.stats) ----------------------------------------------------------------
+# Per endpoint. Cost follows the backlog (pending rows, through the deliveries_due partial
+# index) plus the last hour's finished rows (deliveries_finished, a range on finished_at);
+# the last dead error is one probe of deliveries_dead per endpoint. Never a full scan of
+# the history.
+STATS_BY_ENDPOINT = """
+WITH backlog AS (
+    SELECT endpoint_id,
+           count(*) AS pending,
+           count(*) FILTER (WHERE visible_at <= now()) AS due,
+           count(*) FILTER (WHERE lease_token IS NOT NULL AND visible_at > now()) AS in_flight,
+           min(visible_at) FILTER (WHERE visible_at <= now()) AS oldest_due,
+           (array_agg(last_error ORDER BY attempts DESC)
+                FILTER (WHERE last_error IS NOT NULL))[1] AS retry_error
+      FROM {schema}.deliveries
+     WHERE state = 'pending' AND visible_at <= 'infinity'
+     GROUP BY endpoint_id),
+recent AS (
+    SELECT endpoint_id,
+           count(*) FILTER (WHERE state = 'delivered') AS delivered,
+           count(*) FILTER (WHERE state = 'dead') AS dead
+      FROM {schema}.deliveries
+     WHERE state <> 'pending' AND finished_at > now() - interval '1 hour'
+     GROUP BY endpoint_id)
+SELECT ep.id, ep.url, ep.enabled,
+       COALESCE(b.pending, 0), COALESCE(b.due, 0), COALESCE(b.in_flight, 0),
+       COALESCE(r.delivered, 0), COALESCE(r.dead, 0),
+       extract(epoch FROM now() - b.oldest_due)::float8,
+       COALESCE(b.retry_error, last_dead.last_error)
+  FROM {schema}.endpoints ep
+  LEFT JOIN backlog b ON b.endpoint_id = ep.id
+  LEFT JOIN recent r ON r.endpoint_id = ep.id
+  LEFT JOIN LATERAL (
+        SELECT d.last_error FROM {schema}.deliveries d
+         WHERE d.endpoint_id = ep.id AND d.state = 'dead'
+         ORDER BY d.finished_at DESC LIMIT 1) last_dead ON true
+ ORDER BY ep.created_at, ep.id
+"""
+
+# For alerts and autoscalers: how many deliveries are due and how late the oldest one is.
+# Both read only the deliveries_due partial index (its size follows the backlog); the
+# age is its first entry.
+STATS_DUE = """
+SELECT count(*), extract(epoch FROM now() - min(visible_at))::float8
+  FROM {schema}.deliveries
+ WHERE state = 'pending' AND visible_at <= now()
+"""
+
+# --- retention (outbox.retention) -------------------------------------------------------
+PRUNE_CUTOFF = "SELECT now() - make_interval(secs => %s)"
+
+# "state <> 'pending'" repeats the predicate of the deliveries_finished index so the
+# planner walks that index from its oldest end.
+PRUNE_COUNT = """
+SELECT count(*) FROM {schema}.deliveries
+ WHERE state <> 'pending' AND state = ANY (%(states)s::text[]) AND finished_at < %(cutoff)s
+"""
+
+# One batch, one short transaction: the oldest finished rows past the cutoff and their
+# attempt logs. SKIP LOCKED: a row an operator is replaying right now is left for later.
+PRUNE_DELIVERIES_BATCH = """
+WITH picked AS MATERIALIZED (
+    SELECT id FROM {schema}.deliveries
+     WHERE state <> 'pending' AND state = ANY (%(states)s::text[]) AND finished_at < %(cutoff)s
+     ORDER BY finished_at
+     LIMIT %(limit)s
+     FOR UPDATE SKIP LOCKED),
+gone AS (
+    DELETE FROM {schema}.deliveries d USING picked WHERE d.id = picked.id RETURNING d.id),
+log AS (
+    DELETE FROM {schema}.delivery_attempts a USING gone
+     WHERE a.delivery_id = gone.id RETURNING 1)
+SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM log)
+"""
+
+# Events are found by primary-key range: ids are UUIDv7, so every id below `bound` (the
+# cutoff's millisecond in the UUIDv7 layout) was made before the cutoff; created_at is
+# re-checked on each row in case the emitting host's clock ran slow. Deliveries are only
+# ever inserted together with their event, so an old event never gains new ones.
+PRUNE_EVENTS_BATCH = """
+WITH picked AS MATERIALIZED (
+    SELECT id FROM {schema}.events
+     WHERE id > %(after)s AND id < %(bound)s
+     ORDER BY id
+     LIMIT %(limit)s),
+gone AS (
+    DELETE FROM {schema}.events e USING picked
+     WHERE e.id = picked.id AND e.created_at < %(cutoff)s
+       AND NOT EXISTS (SELECT 1 FROM {schema}.deliveries d WHERE d.event_id = e.id)
+    RETURNING e.id)
+SELECT (SELECT id FROM picked ORDER BY id DESC LIMIT 1), (SELECT count(*) FROM picked),
+       (SELECT count(*) FROM gone)
+"""
+
 # --- migrations -------------------------------------------------------------------------
 MIGRATIONS_TABLE = """
 CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (

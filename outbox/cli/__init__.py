@@ -89,8 +89,10 @@ def cli(ctx: click.Context, database_url: str | None, schema: str | None) -> Non
 
     \b
     Operations:
+      outbox stats --watch               # backlog per endpoint
       outbox dead list --since 1h        # what died, and why
       outbox replay --endpoint ID --dry-run
+      outbox prune --older-than 7d
     """
     overrides: dict[str, Any] = {}
     if database_url:
@@ -108,7 +110,9 @@ def load_commands() -> None:
         endpoint_ops,
         endpoints,
         migrate,
+        prune,
         replay,
+        stats,
         worker,
     )
 
