@@ -87,6 +87,10 @@ UPDATE {schema}.deliveries
    AND visible_at < now() + make_interval(secs => %(seconds)s)
 """
 
+# One pruner at a time per schema across all workers (session lock, released after).
+PRUNE_TRY_LOCK = "SELECT pg_try_advisory_lock(hashtext('outbox.prune'), hashtext(%s))"
+PRUNE_UNLOCK = "SELECT pg_advisory_unlock(hashtext('outbox.prune'), hashtext(%s))"
+
 # Due backlog and the age of its oldest row, for the gauges (and KEDA's scaler query).
 BACKLOG = """
 SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(visible_at)), 0)::float8

@@ -41,6 +41,11 @@ class WorkerSettings(Settings):
     endpoint_max_in_flight: int = Field(default=0, ge=0)
     breaker_threshold: int = Field(default=10, ge=1)
     breaker_cooldown_seconds: float = Field(default=30.0, gt=0)
+    # Retention: the worker prunes finished deliveries (and attempt logs, orphaned events)
+    # older than this, every prune_interval_seconds; 0 disables it.
+    retention_seconds: float = Field(default=7 * 86400.0, ge=0)
+    prune_interval_seconds: float = Field(default=600.0, gt=0)
+    prune_batch_size: int = Field(default=1000, ge=1)
     metrics_port: int = Field(default=9464, ge=0, le=65535)  # 0: no metrics/health server
     metrics_host: str = "0.0.0.0"
     log_format: Literal["json", "text"] = "json"

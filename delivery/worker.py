@@ -33,6 +33,7 @@ from delivery.metrics import Metrics
 from delivery.outcome import Verdict
 from delivery.policy import decide, defer, park
 from delivery.request import build_headers
+from delivery.retention_task import prune_loop
 from delivery.sender import send
 from delivery.settings import WorkerSettings
 from delivery.store import Store
@@ -85,6 +86,9 @@ class Worker:
         await self.store.open()
         flusher = asyncio.create_task(self._flush_loop(), name="outbox-flush")
         gauges = asyncio.create_task(self._backlog_loop(), name="outbox-backlog")
+        pruner = None
+        if self.settings.retention_seconds and not drain:
+            pruner = asyncio.create_task(prune_loop(self.settings, self._stopped))
         try:
             await self._claim_loop(drain)
             await self._finish_inflight()
@@ -96,6 +100,8 @@ class Worker:
                 await flusher
             with contextlib.suppress(asyncio.CancelledError):
                 await gauges
+            if pruner is not None:
+                await pruner
             await self.store.close()
 
     async def _backlog_loop(self) -> None:
