@@ -30,6 +30,7 @@ from outbox.ssrf import (
     ResolutionFailed,
     Resolver,
     check_address,
+    ip_literal,
     resolve,
     resolve_checked,
 )
@@ -67,6 +68,15 @@ class GuardedResolver(aiohttp.abc.AbstractResolver):
 
     async def close(self) -> None:
         return None
+
+    async def check_literal(self, request: httpx.Request) -> None:
+        """httpx request hook: aiohttp never asks its resolver about an IP-literal host
+        (``http://10.0.0.1/``), so those are checked here, before every request."""
+        ip = ip_literal(request.url.host)
+        if ip is not None:
+            reason = check_address(ip, self._allow)
+            if reason is not None:
+                raise BlockedAddress(request.url.host, ip, reason)
 
 
 class PinnedBackend(httpcore.AsyncNetworkBackend):

@@ -30,6 +30,7 @@ import httpx
 from httpx_aiohttp import AiohttpTransport
 
 from delivery.outcome import AttemptResult, Verdict, classify_exception, classify_status
+from delivery.pinning import GuardedResolver
 
 DEFAULT_BODY_CAP = 16384
 
@@ -128,7 +129,7 @@ async def send(
 
 
 def make_client(
-    *, max_connections: int = 100, resolver: aiohttp.abc.AbstractResolver | None = None
+    *, max_connections: int = 100, resolver: GuardedResolver | None = None
 ) -> httpx.AsyncClient:
     """The worker's HTTP/1.1 keep-alive client for :func:`send`: httpx's API over aiohttp.
 
@@ -139,8 +140,9 @@ def make_client(
     ``trust_env=False`` on both layers: ``HTTP(S)_PROXY``, ``NO_PROXY`` and netrc are
     ignored, so no environment setting can route a delivery around the SSRF guard, which
     is ``resolver``: aiohttp connects to exactly the addresses it returns (no second DNS
-    lookup). Redirects are off; httpx, not aiohttp, decodes content encodings, so
-    :func:`send`'s cap applies to decoded bytes.
+    lookup), and its request hook refuses IP-literal hosts, which aiohttp never resolves.
+    Redirects are off; httpx, not aiohttp, decodes content encodings, so :func:`send`'s
+    cap applies to decoded bytes.
     """
 
     def session() -> aiohttp.ClientSession:
@@ -152,8 +154,10 @@ def make_client(
         return aiohttp.ClientSession(connector=connector, trust_env=False, auto_decompress=False)
 
     transport = AiohttpTransport(client=session, trust_env=False)
+    hooks = {"request": [resolver.check_literal]} if resolver is not None else {}
     return httpx.AsyncClient(
         transport=transport,
+        event_hooks=hooks,
         trust_env=False,
         follow_redirects=False,
         timeout=httpx.Timeout(15.0, connect=5.0),

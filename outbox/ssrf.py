@@ -175,7 +175,7 @@ async def system_resolver(host: str, port: int) -> list[IPAddress]:
     ]
 
 
-def _ip_literal(host: str) -> IPAddress | None:
+def ip_literal(host: str) -> IPAddress | None:
     try:
         return ipaddress.ip_address(host.removeprefix("[").removesuffix("]"))
     except ValueError:
@@ -187,7 +187,7 @@ async def resolve(host: str, port: int, *, resolver: Resolver | None = None) -> 
 
     Raises :class:`ResolutionFailed` if the resolver fails or returns nothing.
     """
-    literal = _ip_literal(host)
+    literal = ip_literal(host)
     if literal is not None:
         return [literal]
     try:
@@ -296,7 +296,7 @@ def check_url_sync(
     :class:`BlockedAddress` like :func:`check_url`.
     """
     host, port = _host_port(url)
-    literal = _ip_literal(host)
+    literal = ip_literal(host)
     if literal is not None:
         return _first_allowed(host, [literal], allow)
     addresses = _resolve_with_timeout(resolver or system_resolver_sync, host, port, timeout)

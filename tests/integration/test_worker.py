@@ -173,3 +173,26 @@ def test_missing_schema_is_a_one_line_error(blank_db_url: str) -> None:
     assert proc.returncode == 1
     assert "run `outbox migrate`" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "169.254.169.254", "[::1]", "10.1.2.3"])
+def test_ip_literal_private_hosts_are_refused(db_url: str, host: str) -> None:
+    """aiohttp skips its resolver for IP literals: the request hook must refuse them."""
+    with Receiver() as rx:
+        add_endpoint(db_url, f"http://{host}:{rx.port}/internal")
+        emit(db_url, 1)
+        drain(settings(db_url, allow_networks=""))
+        assert rx.received == []
+    ((state, error),) = rows(db_url, "SELECT state, last_error FROM outbox.deliveries")
+    assert state == "dead"
+    assert "is blocked" in error and "OUTBOX_ALLOW_NETWORKS" in error
+    assert rows(db_url, "SELECT error_class FROM outbox.delivery_attempts") == [("ssrf",)]
+
+
+def test_allowlisted_literal_is_delivered(db_url: str) -> None:
+    with Receiver() as rx:
+        add_endpoint(db_url, rx.url + "/ok")
+        emit(db_url, 1)
+        drain(settings(db_url, allow_networks="127.0.0.1/32"))
+        assert rx.wait_for(1, 5)
+    assert states(db_url) == {"delivered": 1}
