@@ -41,11 +41,20 @@ def translated(url: str | None = None) -> Iterator[None]:
             f"outbox schema not found ({exc.diag.message_primary}): run `outbox migrate`"
         ) from exc
     except psycopg.OperationalError as exc:
+        if not _connection_failure(exc):
+            raise DatabaseError(_one_line(exc)) from exc
         where = f" at {mask_url(url)}" if url else ""
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DatabaseUnavailable(f"cannot reach PostgreSQL{where}: {first}") from exc
     except psycopg.Error as exc:
         raise DatabaseError(_one_line(exc)) from exc
+
+
+def _connection_failure(exc: psycopg.Error) -> bool:
+    """Client-side connection errors (no SQLSTATE), connection exceptions (08xxx) and
+    server shutdowns (57P0x) -- not deadlocks or serialisation failures (40xxx)."""
+    state = exc.sqlstate
+    return state is None or state.startswith(("08", "57P"))
 
 
 def _one_line(exc: psycopg.Error) -> str:

@@ -201,3 +201,14 @@ def test_async_commit_and_rollback(db_url: str) -> None:
     assert len(kept) == 3
     assert count(db_url, "events") == 3
     assert count(db_url, "deliveries") == 3
+
+
+def test_deadlock_is_not_reported_as_unreachable(db_url: str) -> None:
+    from outbox.db import translated
+    from outbox.errors import DatabaseError, DatabaseUnavailable
+
+    with pytest.raises(DatabaseError, match="DeadlockDetected") as info, translated(db_url):
+        raise psycopg.errors.DeadlockDetected("deadlock detected")
+    assert not isinstance(info.value, DatabaseUnavailable)
+    with pytest.raises(DatabaseUnavailable, match="cannot reach PostgreSQL"), translated(db_url):
+        raise psycopg.OperationalError("connection refused")
