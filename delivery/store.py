@@ -21,6 +21,7 @@ from delivery import queries
 from delivery.jobs import Completion, Job
 from delivery.settings import WorkerSettings
 from outbox.db import render, translated
+from outbox.secretbox import SecretBox
 
 log = logging.getLogger("outbox.worker")
 T = TypeVar("T")
@@ -50,6 +51,7 @@ class Store:
         self.healthy = True  # False from a failed call until the next success
         self._backlog_sql = render(queries.BACKLOG, settings.schema_name)
         self._push_sql = render(queries.PUSH_ENDPOINT, settings.schema_name)
+        self._box = settings.secret_box()
 
     async def open(self) -> None:
         await self.pool.open(wait=False)
@@ -95,7 +97,8 @@ class Store:
                 cur = await conn.execute(self._claim_sql, params)
                 return await cur.fetchall()
 
-        return [_job(row, token) for row in await self._retrying(op)]
+        box = self._box
+        return [_job(row, token, box) for row in await self._retrying(op)]
 
     async def complete(self, done: Sequence[Completion]) -> int:
         """Record ``done`` in one statement; returns how many were not fenced out."""
@@ -137,14 +140,15 @@ class Store:
         return await self._retrying(op)
 
 
-def _job(row: tuple[Any, ...], token: uuid.UUID) -> Job:
+def _job(row: tuple[Any, ...], token: uuid.UUID, box: SecretBox) -> Job:
     (delivery_id, attempt, event_id, event_type, payload, emitted_at, endpoint_id, url,
      enabled, secret, previous, headers, max_attempts, base, cap, timeout, in_flight) = row
     return Job(
         delivery_id=delivery_id, attempt=attempt, token=token, event_id=event_id,
         event_type=event_type, payload=payload, emitted_at=emitted_at,
-        endpoint_id=endpoint_id, url=url, enabled=enabled, secret=secret,
-        previous_secret=previous, headers=dict(headers or {}), max_attempts=max_attempts,
+        endpoint_id=endpoint_id, url=url, enabled=enabled, secret=box.open(secret),
+        previous_secret=box.open(previous) if previous else None,
+        headers=dict(headers or {}), max_attempts=max_attempts,
         retry_base_seconds=base, retry_cap_seconds=cap, timeout_seconds=timeout,
         max_in_flight=in_flight,
     )

@@ -29,6 +29,8 @@ from outbox import queries
 from outbox.db import render, translated
 from outbox.errors import EndpointNotFound, InvalidEndpoint, InvalidEvent, OperationRefused
 from outbox.event import check_type, new_id
+from outbox.secretbox import SecretBox
+from outbox.settings import get_settings
 from outbox.signing import decode_secret, generate_secret
 from outbox.ssrf import ALLOW_SETTING, BlockedAddress, IPNetwork, ResolutionFailed, check_url_sync
 
@@ -181,11 +183,13 @@ def add(
     timeout_seconds: float | None = None,
     max_in_flight: int | None = None,
     allow_networks: Sequence[IPNetwork] | None = None,
+    box: SecretBox | None = None,
 ) -> Created:
     """Register an endpoint. Without ``secret`` one is generated and returned once.
 
     With ``allow_networks`` the URL also passes :func:`check_destination` first
     (``None``, the library default, skips that check; the CLI always passes it).
+    The secret is stored sealed by ``box`` (default: ``OUTBOX_SECRET_KEY``'s).
     """
     validate_url(url)
     params = {
@@ -203,7 +207,7 @@ def add(
     generated = secret is None
     the_secret = generate_secret() if secret is None else secret
     decode_secret(the_secret)
-    params["secret"] = the_secret
+    params["secret"] = _box(box).seal(the_secret)
     warnings = () if allow_networks is None else check_destination(url, allow_networks)
     with translated(), conn.cursor(row_factory=dict_row) as cur:
         cur.execute(render(queries.ENDPOINT_INSERT, schema), params)
@@ -327,6 +331,7 @@ def rotate_secret(
     grace: dt.timedelta,
     secret: str | None = None,
     force: bool = False,
+    box: SecretBox | None = None,
 ) -> Rotated:
     """Give the endpoint a new signing secret (generated unless ``secret`` is given).
 
@@ -342,7 +347,8 @@ def rotate_secret(
     new_secret = generate_secret() if secret is None else secret
     decode_secret(new_secret)
     current = get(conn, eid, schema=schema)
-    params = {"id": eid, "grace": grace.total_seconds(), "secret": new_secret, "force": force}
+    params = {"id": eid, "grace": grace.total_seconds(), "secret": _box(box).seal(new_secret),
+              "force": force}
     with translated(), conn.cursor(row_factory=dict_row) as cur:
         cur.execute(render(queries.ENDPOINT_ROTATE_SECRET, schema), params)
         row = cur.fetchone()
@@ -357,7 +363,8 @@ def rotate_secret(
 
 
 def signing_secrets(
-    conn: psycopg.Connection[Any], endpoint_id: str | uuid.UUID, *, schema: str
+    conn: psycopg.Connection[Any], endpoint_id: str | uuid.UUID, *, schema: str,
+    box: SecretBox | None = None,
 ) -> list[str]:
     """The secrets that sign a request to this endpoint now: current first, then the
     previous one while its grace runs. For sending (``ping``) only: never display them."""
@@ -367,4 +374,8 @@ def signing_secrets(
         row = cur.fetchone()
     if row is None:
         raise EndpointNotFound(f"no endpoint {eid}")
-    return [str(s) for s in row if s]
+    return [_box(box).open(str(s)) for s in row if s]
+
+
+def _box(box: SecretBox | None) -> SecretBox:
+    return box if box is not None else get_settings().secret_box()

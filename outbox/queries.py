@@ -350,6 +350,14 @@ SELECT (SELECT id FROM picked ORDER BY id DESC LIMIT 1), (SELECT count(*) FROM p
        (SELECT count(*) FROM gone)
 """
 
+# Key rotation: every stored secret, re-sealed with the current key, one transaction.
+ENDPOINT_SECRETS_FOR_UPDATE = """
+SELECT id, secret, previous_secret FROM {schema}.endpoints ORDER BY id FOR UPDATE
+"""
+ENDPOINT_SET_SECRETS = """
+UPDATE {schema}.endpoints SET secret = %s, previous_secret = %s WHERE id = %s
+"""
+
 # --- migrations -------------------------------------------------------------------------
 MIGRATIONS_TABLE = """
 CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (

@@ -10,8 +10,10 @@ import re
 from functools import lru_cache
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from outbox.secretbox import SecretBox
 
 DEFAULT_DATABASE_URL = "postgresql://127.0.0.1:5432/postgres"
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -38,6 +40,8 @@ class Settings(BaseSettings):
     # CIDRs the SSRF guard lets through (OUTBOX_ALLOW_NETWORKS): the CLI checks endpoint
     # URLs against it at registration, the worker before every connection.
     allow_networks: str = ""
+    # Fernet keys (comma-separated, first encrypts) for signing secrets at rest.
+    secret_key: SecretStr = SecretStr("")
 
     @field_validator("allow_networks")
     @classmethod
@@ -53,6 +57,11 @@ class Settings(BaseSettings):
         if not _SCHEMA_RE.match(value):
             raise ValueError("OUTBOX_SCHEMA must be a lowercase SQL identifier, e.g. 'outbox'")
         return value
+
+
+    def secret_box(self) -> SecretBox:
+        """Seals and opens stored endpoint secrets with ``OUTBOX_SECRET_KEY``."""
+        return SecretBox(self.secret_key.get_secret_value())
 
 
 @lru_cache(maxsize=1)

@@ -112,6 +112,7 @@ def load_commands() -> None:
         migrate,
         prune,
         replay,
+        secrets,
         stats,
         worker,
     )
