@@ -30,7 +30,7 @@ class WorkerSettings(Settings):
     retry_cap_seconds: float = Field(default=8 * 3600.0, gt=0)
     retry_after_max_seconds: float = Field(default=3600.0, ge=0)
     max_attempts: int = Field(default=15, ge=1, le=100)
-    poll_interval_seconds: float = Field(default=0.25, gt=0, le=60)
+    poll_interval_seconds: float = Field(default=0.05, gt=0, le=60)
     concurrency: int = Field(default=100, ge=1, le=10_000)
     batch_size: int = Field(default=100, ge=1, le=10_000)
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)

@@ -56,3 +56,31 @@ def test_success_resets_the_failure_count() -> None:
         gate.admit(e)
         assert gate.release(e, failed=failed) is None
     assert not gate.is_open(e)
+
+
+def test_held_jobs_are_bounded_and_go_stale() -> None:
+    import datetime as dt
+
+    from delivery.fairness import HeldJobs
+    from delivery.jobs import Job
+    from delivery.settings import WorkerSettings
+
+    clock = Clock()
+    cfg = WorkerSettings(endpoint_max_in_flight=2, lease_seconds=30, http_timeout_seconds=10)
+    held = HeldJobs(cfg, clock=clock)
+    endpoint = uuid.uuid4()
+
+    def job(n: int) -> Job:
+        return Job(n, 1, uuid.uuid4(), uuid.uuid4(), "x", "{}", dt.datetime.now(dt.UTC),
+                   endpoint, "https://example.com", True, "whsec_x", None, {}, None, None,
+                   None, None)
+
+    assert held.hold(job(1)) and held.hold(job(2))
+    assert not held.hold(job(3))  # at most cap waiting per endpoint
+    assert len(held) == 2
+    assert [(j.delivery_id, fresh) for j, fresh in held.take(endpoint, everything=False)] == [
+        (1, True)]
+    clock.now += 19.5  # 30 s lease - 10 s timeout - 1 s margin = 19 s of safe holding
+    assert [(j.delivery_id, fresh) for j, fresh in held.take(endpoint, everything=False)] == [
+        (2, False)]
+    assert len(held) == 0 and held.endpoints() == []
