@@ -98,6 +98,47 @@ def _plan_many(events: Iterable[Event], settings: Settings, schema: str) -> _Bat
     return batch
 
 
+def _fan_out(batch: _Batch, endpoints: Sequence[tuple[Any, ...]]) -> list[tuple[Any, Any]]:
+    """(event id, endpoint id) for every enabled endpoint subscribed to each event's type."""
+    ids, types = batch.params["ids"], batch.params["types"]
+    return [(eid, ep_id) for eid, etype in zip(ids, types, strict=True)
+            for ep_id, subscribed in endpoints if subscribed is None or etype in subscribed]
+
+
+def _copyable(batch: _Batch) -> bool:
+    return len(batch.slots) > 1 and not any(batch.params["ikeys"])
+
+
+def _copy_many(conn: psycopg.Connection[Any], batch: _Batch, schema: str) -> list[uuid.UUID]:
+    endpoints = conn.execute(render(queries.SUBSCRIBERS, schema)).fetchall()
+    p = batch.params
+    with conn.cursor().copy(render(queries.COPY_EVENTS, schema)) as copy:
+        copy.set_types(["uuid", "text", "text", "text"])  # json's binary form is its text
+        for row in zip(p["ids"], p["types"], p["payloads"], p["keys"], strict=True):
+            copy.write_row(row)
+    with conn.cursor().copy(render(queries.COPY_DELIVERIES, schema)) as copy:
+        copy.set_types(["uuid", "uuid"])
+        for pair in _fan_out(batch, endpoints):
+            copy.write_row(pair)
+    return list(p["ids"])
+
+
+async def _copy_many_async(conn: psycopg.AsyncConnection[Any], batch: _Batch, schema: str
+                           ) -> list[uuid.UUID]:
+    cur = await conn.execute(render(queries.SUBSCRIBERS, schema))
+    endpoints = await cur.fetchall()
+    p = batch.params
+    async with conn.cursor().copy(render(queries.COPY_EVENTS, schema)) as copy:
+        copy.set_types(["uuid", "text", "text", "text"])  # json's binary form is its text
+        for row in zip(p["ids"], p["types"], p["payloads"], p["keys"], strict=True):
+            await copy.write_row(row)
+    async with conn.cursor().copy(render(queries.COPY_DELIVERIES, schema)) as copy:
+        copy.set_types(["uuid", "uuid"])
+        for pair in _fan_out(batch, endpoints):
+            await copy.write_row(pair)
+    return list(p["ids"])
+
+
 def _missing_keys(batch: _Batch, ids: Sequence[uuid.UUID | None]) -> list[str]:
     return [k for k, i in zip(batch.params["ikeys"], ids, strict=True) if i is None and k]
 
@@ -148,15 +189,23 @@ def emit_many(
     schema: str | None = None,
     settings: Settings | None = None,
 ) -> list[uuid.UUID]:
-    """Insert many events and their deliveries in ONE statement; ids in input order.
+    """Insert many events and their deliveries in one round trip's worth of work; ids in
+    input order.
 
     All events are validated before any SQL: one invalid event writes none of them.
+    Without idempotency keys the rows go by binary COPY (events, then their fan-out over
+    the enabled endpoints read in the same transaction); with any key, by one
+    ``INSERT ... ON CONFLICT`` statement. Either way it all commits or rolls back with
+    the caller's transaction.
     """
     s, sch = _settings_schema(schema, settings)
     batch = _plan_many(events, s, sch)
     if not batch.slots:
         return []
     _check_transaction(conn)
+    if _copyable(batch):
+        with translated():
+            return _copy_many(conn, batch, sch)
     with translated():
         rows = conn.execute(batch.query, batch.params).fetchall()
         ids: list[uuid.UUID | None] = [cast(uuid.UUID | None, r[1]) for r in rows]
@@ -208,6 +257,9 @@ async def emit_many_async(
     if not batch.slots:
         return []
     _check_transaction(conn)
+    if _copyable(batch):
+        with translated():
+            return await _copy_many_async(conn, batch, sch)
     with translated():
         cur = await conn.execute(batch.query, batch.params)
         ids: list[uuid.UUID | None] = [cast(uuid.UUID | None, r[1]) for r in await cur.fetchall()]

@@ -58,6 +58,12 @@ SELECT input.ord, COALESCE(ins.id, old.id)
  ORDER BY input.ord
 """
 
+# Bulk without idempotency keys: binary COPY of events and of their fan-out, computed from
+# the enabled endpoints read in the same transaction (about 1.7x the INSERT ... unnest rate).
+SUBSCRIBERS = "SELECT id, event_types FROM {schema}.endpoints WHERE enabled"
+COPY_EVENTS = "COPY {schema}.events (id, type, payload, key) FROM STDIN (FORMAT BINARY)"
+COPY_DELIVERIES = "COPY {schema}.deliveries (event_id, endpoint_id) FROM STDIN (FORMAT BINARY)"
+
 # Second look for an idempotency key another transaction committed during our statement.
 EVENT_ID_BY_IDEMPOTENCY_KEY = """
 SELECT idempotency_key, id FROM {schema}.events WHERE idempotency_key = ANY (%s::text[])

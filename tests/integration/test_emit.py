@@ -212,3 +212,30 @@ def test_deadlock_is_not_reported_as_unreachable(db_url: str) -> None:
     assert not isinstance(info.value, DatabaseUnavailable)
     with pytest.raises(DatabaseUnavailable, match="cannot reach PostgreSQL"), translated(db_url):
         raise psycopg.OperationalError("connection refused")
+
+
+def test_emit_many_fan_out_follows_subscriptions(db_url: str) -> None:
+    """The COPY path (no idempotency keys) fans out exactly like the single emit."""
+    every = _endpoint(db_url)
+    paid = _endpoint(db_url, ["invoice.paid"])
+    _endpoint(db_url, enabled=False)
+    events = [Event("invoice.paid", {"n": 1}), Event("order.shipped", {"n": 2})]
+
+    async def via_async() -> list[uuid.UUID]:
+        async with await psycopg.AsyncConnection.connect(db_url) as ac:
+            ids = await outbox.emit_many_async(ac, events)
+            await ac.commit()
+            return ids
+
+    with psycopg.connect(db_url) as c:
+        sync_ids = outbox.emit_many(c, events)
+        c.commit()
+    async_ids = asyncio.run(via_async())
+    with psycopg.connect(db_url) as c:
+        got = c.execute("SELECT event_id, endpoint_id FROM outbox.deliveries").fetchall()
+        payloads = c.execute("SELECT payload::text FROM outbox.events ORDER BY id").fetchall()
+    expected = []
+    for ids in (sync_ids, async_ids):
+        expected += [(ids[0], every), (ids[0], paid), (ids[1], every)]
+    assert sorted(got) == sorted(expected)
+    assert payloads == [('{"n":1}',), ('{"n":2}',)] * 2
