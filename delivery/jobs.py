@@ -29,6 +29,7 @@ class Job:
     retry_cap_seconds: float | None
     timeout_seconds: float | None
     max_in_flight: int | None = None
+    traceparent: str | None = None  # W3C trace context of the emitting span
 
     @property
     def webhook_id(self) -> str:

@@ -20,7 +20,7 @@ claimed AS (
       FROM due
      WHERE d.id = due.id
     RETURNING d.id, d.event_id, d.endpoint_id, d.attempts)
-SELECT c.id, c.attempts, c.event_id, ev.type, ev.payload::text, ev.created_at,
+SELECT c.id, c.attempts, c.event_id, ev.type, ev.payload::text, ev.created_at, ev.traceparent,
        ep.id, ep.url, ep.enabled, ep.secret,
        CASE WHEN ep.previous_secret_expires_at > now() THEN ep.previous_secret END,
        ep.headers, ep.max_attempts, ep.retry_base_seconds, ep.retry_cap_seconds,

@@ -141,7 +141,7 @@ class Store:
 
 
 def _job(row: tuple[Any, ...], token: uuid.UUID, box: SecretBox) -> Job:
-    (delivery_id, attempt, event_id, event_type, payload, emitted_at, endpoint_id, url,
+    (delivery_id, attempt, event_id, event_type, payload, emitted_at, traceparent, endpoint_id, url,
      enabled, secret, previous, headers, max_attempts, base, cap, timeout, in_flight) = row
     return Job(
         delivery_id=delivery_id, attempt=attempt, token=token, event_id=event_id,
@@ -150,7 +150,7 @@ def _job(row: tuple[Any, ...], token: uuid.UUID, box: SecretBox) -> Job:
         previous_secret=box.open(previous) if previous else None,
         headers=dict(headers or {}), max_attempts=max_attempts,
         retry_base_seconds=base, retry_cap_seconds=cap, timeout_seconds=timeout,
-        max_in_flight=in_flight,
+        max_in_flight=in_flight, traceparent=traceparent,
     )
 
 

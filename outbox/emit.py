@@ -35,6 +35,7 @@ from outbox.db import render, translated
 from outbox.errors import NotInTransaction, OutboxError
 from outbox.event import Event, PreparedEvent, prepare
 from outbox.settings import Settings, get_settings
+from outbox.tracing import current_traceparent
 
 AnyConnection = psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
 
@@ -70,17 +71,18 @@ def _settings_schema(schema: str | None, settings: Settings | None) -> tuple[Set
 def _plan_one(event: Event, settings: Settings, schema: str) -> tuple[str, Any, PreparedEvent]:
     ev = prepare(event, settings.max_payload_bytes)
     if ev.idempotency_key is None:
-        params: Any = (ev.id, ev.type, ev.payload, ev.key)
+        params: Any = (ev.id, ev.type, ev.payload, ev.key, current_traceparent())
         return render(queries.EMIT_ONE, schema), params, ev
     params = {
         "id": ev.id, "type": ev.type, "payload": ev.payload, "key": ev.key,
-        "ikey": ev.idempotency_key,
+        "ikey": ev.idempotency_key, "traceparent": current_traceparent(),
     }
     return render(queries.EMIT_ONE_IDEMPOTENT, schema), params, ev
 
 
 def _plan_many(events: Iterable[Event], settings: Settings, schema: str) -> _Batch:
     cols: dict[str, list[Any]] = {k: [] for k in ("ids", "types", "payloads", "keys", "ikeys")}
+    traceparent = current_traceparent()
     batch = _Batch(render(queries.EMIT_MANY, schema), cols)
     first_by_key: dict[str, int] = {}
     for event in events:
@@ -95,6 +97,7 @@ def _plan_many(events: Iterable[Event], settings: Settings, schema: str) -> _Bat
             cols, (ev.id, ev.type, ev.payload, ev.key, ev.idempotency_key), strict=True
         ):
             cols[name].append(value)
+    cols["traceparents"] = [traceparent] * len(cols["ids"])
     return batch
 
 
@@ -113,8 +116,9 @@ def _copy_many(conn: psycopg.Connection[Any], batch: _Batch, schema: str) -> lis
     endpoints = conn.execute(render(queries.SUBSCRIBERS, schema)).fetchall()
     p = batch.params
     with conn.cursor().copy(render(queries.COPY_EVENTS, schema)) as copy:
-        copy.set_types(["uuid", "text", "text", "text"])  # json's binary form is its text
-        for row in zip(p["ids"], p["types"], p["payloads"], p["keys"], strict=True):
+        copy.set_types(["uuid", "text", "text", "text", "text"])  # json's binary form: text
+        for row in zip(p["ids"], p["types"], p["payloads"], p["keys"], p["traceparents"],
+                       strict=True):
             copy.write_row(row)
     with conn.cursor().copy(render(queries.COPY_DELIVERIES, schema)) as copy:
         copy.set_types(["uuid", "uuid"])
@@ -129,8 +133,9 @@ async def _copy_many_async(conn: psycopg.AsyncConnection[Any], batch: _Batch, sc
     endpoints = await cur.fetchall()
     p = batch.params
     async with conn.cursor().copy(render(queries.COPY_EVENTS, schema)) as copy:
-        copy.set_types(["uuid", "text", "text", "text"])  # json's binary form is its text
-        for row in zip(p["ids"], p["types"], p["payloads"], p["keys"], strict=True):
+        copy.set_types(["uuid", "text", "text", "text", "text"])  # json's binary form: text
+        for row in zip(p["ids"], p["types"], p["payloads"], p["keys"], p["traceparents"],
+                       strict=True):
             await copy.write_row(row)
     async with conn.cursor().copy(render(queries.COPY_DELIVERIES, schema)) as copy:
         copy.set_types(["uuid", "uuid"])

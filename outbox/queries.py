@@ -18,8 +18,8 @@ _FAN_OUT = """
 EMIT_ONE = (
     """
 WITH ins AS (
-    INSERT INTO {schema}.events (id, type, payload, key, idempotency_key)
-    VALUES (%s, %s, %s::json, %s, NULL)
+    INSERT INTO {schema}.events (id, type, payload, key, idempotency_key, traceparent)
+    VALUES (%s, %s, %s::json, %s, NULL, %s)
     RETURNING id, type)
 """
     + _FAN_OUT
@@ -28,8 +28,8 @@ WITH ins AS (
 # With an idempotency key: a conflict inserts nothing and returns the first event's id.
 EMIT_ONE_IDEMPOTENT = """
 WITH ins AS (
-    INSERT INTO {schema}.events (id, type, payload, key, idempotency_key)
-    VALUES (%(id)s, %(type)s, %(payload)s::json, %(key)s, %(ikey)s)
+    INSERT INTO {schema}.events (id, type, payload, key, idempotency_key, traceparent)
+    VALUES (%(id)s, %(type)s, %(payload)s::json, %(key)s, %(ikey)s, %(traceparent)s)
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, type),
 fan AS (""" + _FAN_OUT + """)
@@ -43,11 +43,11 @@ SELECT id FROM {schema}.events
 EMIT_MANY = """
 WITH input AS (
     SELECT * FROM unnest(%(ids)s::uuid[], %(types)s::text[], %(payloads)s::text[],
-                         %(keys)s::text[], %(ikeys)s::text[])
-           WITH ORDINALITY AS t(id, type, payload, key, ikey, ord)),
+                         %(keys)s::text[], %(ikeys)s::text[], %(traceparents)s::text[])
+           WITH ORDINALITY AS t(id, type, payload, key, ikey, traceparent, ord)),
 ins AS (
-    INSERT INTO {schema}.events (id, type, payload, key, idempotency_key)
-    SELECT id, type, payload::json, key, ikey FROM input ORDER BY ord
+    INSERT INTO {schema}.events (id, type, payload, key, idempotency_key, traceparent)
+    SELECT id, type, payload::json, key, ikey, traceparent FROM input ORDER BY ord
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, type),
 fan AS (""" + _FAN_OUT + """)
@@ -61,7 +61,9 @@ SELECT input.ord, COALESCE(ins.id, old.id)
 # Bulk without idempotency keys: binary COPY of events and of their fan-out, computed from
 # the enabled endpoints read in the same transaction (about 1.7x the INSERT ... unnest rate).
 SUBSCRIBERS = "SELECT id, event_types FROM {schema}.endpoints WHERE enabled"
-COPY_EVENTS = "COPY {schema}.events (id, type, payload, key) FROM STDIN (FORMAT BINARY)"
+COPY_EVENTS = """
+COPY {schema}.events (id, type, payload, key, traceparent) FROM STDIN (FORMAT BINARY)
+"""
 COPY_DELIVERIES = "COPY {schema}.deliveries (event_id, endpoint_id) FROM STDIN (FORMAT BINARY)"
 
 # Second look for an idempotency key another transaction committed during our statement.
