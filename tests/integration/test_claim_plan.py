@@ -1,0 +1,35 @@
+"""The claim reads the partial index, so its cost follows the backlog, not the history."""
+
+from __future__ import annotations
+
+import uuid
+
+import psycopg
+
+from delivery import queries
+from outbox.db import render
+from tests.pg import SCHEMA
+from tests.workers import add_endpoint
+
+
+def test_claim_plan_uses_the_partial_due_index(db_url: str) -> None:
+    endpoint = add_endpoint(db_url, "https://example.com/h")
+    with psycopg.connect(db_url, autocommit=True) as c:
+        # 50,000 finished rows of history and 20 pending: what a long-lived table looks like
+        c.execute(
+            "INSERT INTO outbox.events (id, type, payload)"
+            " SELECT gen_random_uuid(), 'x', '{}' FROM generate_series(1, 50020)")
+        c.execute(
+            "INSERT INTO outbox.deliveries (event_id, endpoint_id, state, finished_at)"
+            " SELECT id, %s, CASE WHEN row_number() OVER () <= 50000 THEN 'delivered'"
+            " ELSE 'pending' END, now() FROM outbox.events", (endpoint,))
+        c.execute("UPDATE outbox.deliveries SET finished_at = NULL WHERE state = 'pending'")
+        c.execute("ANALYZE outbox.deliveries")
+        claim = render(queries.CLAIM, SCHEMA)
+        params = {"limit": 10, "lease": 30.0, "token": uuid.uuid4()}
+        plan = "\n".join(r[0] for r in c.execute(("EXPLAIN " + claim).encode(), params))
+        with c.transaction(force_rollback=True):
+            claimed = c.execute(claim.encode(), params).fetchall()
+    assert "Index Scan using deliveries_due on deliveries" in plan, plan
+    assert "Seq Scan on deliveries" not in plan, plan
+    assert len(claimed) == 10  # the MATERIALIZED CTE keeps the UPDATE to the LIMIT
