@@ -91,6 +91,12 @@ UPDATE {schema}.deliveries
 PRUNE_TRY_LOCK = "SELECT pg_try_advisory_lock(hashtext('outbox.prune'), hashtext(%s))"
 PRUNE_UNLOCK = "SELECT pg_advisory_unlock(hashtext('outbox.prune'), hashtext(%s))"
 
+# After pruning, when the server runs no autovacuum at all (autovacuum = off), the pruner
+# vacuums the queue tables itself so deleted rows' space is reused (owner only; a worker
+# role that does not own them gets a warning from PostgreSQL, not an error).
+AUTOVACUUM_OFF = "SELECT current_setting('autovacuum') = 'off'"
+VACUUM_QUEUE = "VACUUM (ANALYZE) {schema}.deliveries, {schema}.delivery_attempts, {schema}.events"
+
 # Due backlog and the age of its oldest row, for the gauges (and KEDA's scaler query).
 BACKLOG = """
 SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(visible_at)), 0)::float8

@@ -2,7 +2,10 @@
 
 Guarantees: at most one worker prunes a schema at a time (a session advisory lock, skipped
 if taken, released when done or when the connection drops); each batch is its own short
-transaction; a failure is logged and retried at the next interval, never fatal.
+transaction; a failure is logged and retried at the next interval, never fatal. On a
+server with ``autovacuum = off`` the pruner also VACUUMs the queue tables after deleting,
+or the freed space would never be reused (``bench/retention.py``: 1.7x growth in three
+minutes without it).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import psycopg
 
 from delivery import queries
 from delivery.settings import WorkerSettings
+from outbox.db import render
 from outbox.errors import OutboxError
 from outbox.retention import PruneResult, prune
 
@@ -40,12 +44,21 @@ def prune_once(settings: WorkerSettings, should_stop: Callable[[], bool] = lambd
         if not row or not row[0]:
             return None
         try:
-            return prune(conn, schema, dt.timedelta(seconds=settings.retention_seconds),
-                         batch_size=settings.prune_batch_size, progress=progress)
+            result = prune(conn, schema, dt.timedelta(seconds=settings.retention_seconds),
+                           batch_size=settings.prune_batch_size, progress=progress)
+            if result.deliveries or result.events:
+                _vacuum_if_no_autovacuum(conn, schema)
+            return result
         except _Interrupted:
             return None
         finally:
             conn.execute(queries.PRUNE_UNLOCK, (schema,))
+
+
+def _vacuum_if_no_autovacuum(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> None:
+    row = conn.execute(queries.AUTOVACUUM_OFF).fetchone()
+    if row and row[0]:
+        conn.execute(render(queries.VACUUM_QUEUE, schema))
 
 
 async def prune_loop(settings: WorkerSettings, stopped: asyncio.Event) -> None:

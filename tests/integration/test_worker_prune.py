@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import psycopg
 
 from delivery.retention_task import prune_once
@@ -41,3 +43,22 @@ def test_only_one_pruner_at_a_time(db_url: str) -> None:
         assert prune_once(cfg) is None  # another worker holds the lock: skipped
     result = prune_once(cfg)
     assert result is not None and result.deliveries == 0
+
+
+def test_pruner_vacuums_when_the_server_has_no_autovacuum(db_url: str) -> None:
+    with Receiver() as rx:
+        add_endpoint(db_url, rx.url + "/x")
+        emit(db_url, 5)
+        drain(settings(db_url))
+    _age_finished(db_url, 10)
+    query = ("SELECT vacuum_count, current_setting('autovacuum') = 'off' FROM"
+             " pg_stat_user_tables WHERE relid = 'outbox.deliveries'::regclass")
+    ((before, autovacuum_off),) = rows(db_url, query)
+    result = prune_once(settings(db_url, retention_seconds=7 * 86400))
+    assert result is not None and result.deliveries == 5
+    deadline = 50
+    while deadline and rows(db_url, query)[0][0] == before:  # statistics arrive lazily
+        deadline -= 1
+        time.sleep(0.1)
+    ((after, _),) = rows(db_url, query)
+    assert (after > before) == autovacuum_off
