@@ -77,7 +77,7 @@ SERIES = {
 }
 
 # Settings the deployment files set that are not (yet) WorkerSettings fields.
-PENDING_SETTINGS = {"OUTBOX_METRICS_PORT"}  # the metrics server (issue 7)
+PENDING_SETTINGS: set[str] = set()  # settings named in deploy/ before the code reads them
 
 
 # ---------------------------------------------------------------------------------------
