@@ -17,7 +17,7 @@ from outbox import endpoints as ep
 from outbox.cli import Context, Failed, pass_ctx
 from outbox.cli.endpoints import endpoint_json, endpoints, parse_headers, print_warnings
 from outbox.cli.output import cut, echo_json, when
-from outbox.cli.params import Duration
+from outbox.cli.params import Duration, delivery_options
 from outbox.errors import ConfigurationError
 from outbox.event import new_id
 from outbox.ssrf import BlockedAddress, IPNetwork, check_url_sync, parse_networks
@@ -35,14 +35,7 @@ PING_TYPE = "outbox.ping"
               help="Add or replace a header (repeatable); others are kept.")
 @click.option("--clear-headers", is_flag=True, help="Drop all custom headers first.")
 @click.option("--description", default=None, help="Free text shown in listings.")
-@click.option("--max-attempts", type=click.IntRange(1, 100), default=None,
-              help="Attempts before a delivery is dead.")
-@click.option("--retry-base-seconds", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="First retry delay scale.")
-@click.option("--retry-cap-seconds", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Longest retry delay.")
-@click.option("--timeout", "timeout_seconds", type=click.FloatRange(min=0, min_open=True),
-              default=None, help="HTTP timeout for this endpoint, seconds.")
+@delivery_options
 @click.option("--json", "as_json", is_flag=True, help="Print the endpoint as JSON.")
 @pass_ctx
 def update(ctx: Context, endpoint_id: str, url: str | None, event_types: tuple[str, ...],

@@ -11,6 +11,7 @@ import click
 from outbox import endpoints as ep
 from outbox.cli import Context, cli, pass_ctx
 from outbox.cli.output import print_table
+from outbox.cli.params import delivery_options
 
 
 def parse_headers(values: tuple[str, ...]) -> dict[str, str]:
@@ -61,14 +62,7 @@ def endpoints() -> None:
 @click.option("--header", "headers", multiple=True, metavar="K=V",
               help="Extra HTTP header sent with every delivery (repeatable).")
 @click.option("--description", default="", help="Free text shown in listings.")
-@click.option("--max-attempts", type=click.IntRange(1, 100), default=None,
-              help="Attempts before a delivery is dead (default: $OUTBOX_MAX_ATTEMPTS).")
-@click.option("--retry-base-seconds", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="First retry delay scale (default: $OUTBOX_RETRY_BASE_SECONDS).")
-@click.option("--retry-cap-seconds", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Longest retry delay (default: $OUTBOX_RETRY_CAP_SECONDS).")
-@click.option("--timeout", "timeout_seconds", type=click.FloatRange(min=0, min_open=True),
-              default=None, help="HTTP timeout for this endpoint, seconds.")
+@delivery_options
 @pass_ctx
 def add(ctx: Context, url: str, event_types: tuple[str, ...], secret: str | None,
         headers: tuple[str, ...], description: str, max_attempts: int | None,

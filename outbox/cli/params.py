@@ -6,7 +6,8 @@ A bad value is a usage error (exit 2) naming the option and an accepted form.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -59,3 +60,25 @@ def check_range(since: dt.datetime | None, until: dt.datetime | None) -> None:
 
 
 TIME_HELP = "A time ago (2h, 7d, 30m, 90s) or ISO 8601 (2024-05-01T12:00Z; UTC if no offset)."
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def delivery_options(f: F) -> F:
+    """``--max-attempts``, ``--retry-base-seconds``, ``--retry-cap-seconds``, ``--timeout``:
+    the per-endpoint overrides of the worker's settings (add and update share them)."""
+    positive = click.FloatRange(min=0, min_open=True)
+    options = [
+        click.option("--max-attempts", type=click.IntRange(1, 100), default=None,
+                     help="Attempts before a delivery is dead (default: $OUTBOX_MAX_ATTEMPTS)."),
+        click.option("--retry-base-seconds", type=positive, default=None,
+                     help="First retry delay scale (default: $OUTBOX_RETRY_BASE_SECONDS)."),
+        click.option("--retry-cap-seconds", type=positive, default=None,
+                     help="Longest retry delay (default: $OUTBOX_RETRY_CAP_SECONDS)."),
+        click.option("--timeout", "timeout_seconds", type=positive, default=None,
+                     help="HTTP timeout for this endpoint, seconds."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
