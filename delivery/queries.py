@@ -5,6 +5,10 @@ from __future__ import annotations
 # Claim up to %(limit)s due deliveries and lease them: visible_at moves to now() + lease,
 # so a crashed worker's rows come back once the lease expires (no reaper, no heartbeat).
 # MATERIALIZED keeps the planner from locking more rows than the LIMIT (bug #15715).
+# The plan shape is pinned, not left to statistics (stale when autovacuum lags or is off):
+# the UPDATE finds its rows by primary key (= ANY of the claimed ids), and each claimed row
+# fetches its event and endpoint by primary key (LATERAL ... LIMIT 1 cannot be flattened
+# into a hash join), so the cost stays proportional to the claim, never to the tables.
 CLAIM = """
 WITH due AS MATERIALIZED (
     SELECT id FROM {schema}.deliveries
@@ -17,8 +21,7 @@ claimed AS (
        SET visible_at = now() + make_interval(secs => %(lease)s),
            attempts = d.attempts + 1,
            lease_token = %(token)s
-      FROM due
-     WHERE d.id = due.id
+     WHERE d.id = ANY (ARRAY(SELECT id FROM due))
     RETURNING d.id, d.event_id, d.endpoint_id, d.attempts)
 SELECT c.id, c.attempts, c.event_id, ev.type, ev.payload::text, ev.created_at, ev.traceparent,
        ep.id, ep.url, ep.enabled, ep.secret,
@@ -26,8 +29,10 @@ SELECT c.id, c.attempts, c.event_id, ev.type, ev.payload::text, ev.created_at, e
        ep.headers, ep.max_attempts, ep.retry_base_seconds, ep.retry_cap_seconds,
        ep.timeout_seconds, ep.max_in_flight
   FROM claimed c
-  JOIN {schema}.events ev ON ev.id = c.event_id
-  JOIN {schema}.endpoints ep ON ep.id = c.endpoint_id
+  CROSS JOIN LATERAL (SELECT * FROM {schema}.events e
+                       WHERE e.id = c.event_id LIMIT 1) ev
+  CROSS JOIN LATERAL (SELECT * FROM {schema}.endpoints p
+                       WHERE p.id = c.endpoint_id LIMIT 1) ep
 """
 
 # Record many attempts in one statement. Fenced: a row is updated only while it still
@@ -55,7 +60,11 @@ upd AS (
            last_error = CASE WHEN r.refund = 1 THEN d.last_error ELSE r.error END,
            finished_at = CASE WHEN r.state = 'pending' THEN NULL ELSE now() END
       FROM r
-     WHERE d.id = r.id AND d.lease_token = r.token AND d.state = 'pending'
+     WHERE d.id = ANY (%(ids)s::bigint[])  -- by primary key, whatever the statistics say
+       AND d.id = r.id AND d.lease_token = r.token
+       -- (no "state = 'pending'": a token is set only by a claim of a pending row and
+       -- cleared by every completion and replay, and naming the state would invite the
+       -- planner to walk the whole partial due index instead of the primary key)
     RETURNING d.id),
 gone AS (
     UPDATE {schema}.endpoints

@@ -1,0 +1,94 @@
+"""Claim latency with millions of delivered rows present vs an empty table.
+
+    .venv/bin/python -m bench.history [--history 5000000] [--rounds 300]
+
+In a scratch database: 1,000 pending deliveries due (their events' ids sort above the
+history's, as UUIDv7 ids do); claim 100 of them and roll back,
+``--rounds`` times, first with no history, then after inserting ``--history`` delivered
+rows (one event each) and ANALYZE. The partial index ``deliveries_due`` only holds pending
+rows, so the target is a median at most 1.2x the empty-table one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import uuid
+from typing import Any
+
+import psycopg
+
+from bench.common import SCHEMA, emit_json, percentiles, scratch_database
+from delivery import queries
+from outbox import endpoints as ep
+from outbox.db import render
+
+# Event ids are time-ordered (UUIDv7) in real use: the history sorts below the backlog.
+PENDING = """
+INSERT INTO outbox.events (id, type, payload)
+SELECT lpad(to_hex(1000000000000 + g), 32, '0')::uuid, 'p', '{}'
+  FROM generate_series(1, 1000) g;
+INSERT INTO outbox.deliveries (event_id, endpoint_id)
+SELECT id, %(ep)s FROM outbox.events WHERE type = 'p'
+"""
+HISTORY = """
+WITH ev AS (
+    INSERT INTO outbox.events (id, type, payload)
+    SELECT lpad(to_hex(%(from)s + g), 32, '0')::uuid, 'h', '{}'
+      FROM generate_series(1, %(n)s) g RETURNING id)
+INSERT INTO outbox.deliveries (event_id, endpoint_id, state, attempts, finished_at)
+SELECT id, %(ep)s, 'delivered', 1, now() FROM ev
+"""
+
+
+def _claims(conn: psycopg.Connection[Any], rounds: int) -> list[float]:
+    claim = render(queries.CLAIM, SCHEMA)
+    samples = []
+    for _ in range(rounds):
+        params = {"limit": 100, "lease": 30.0, "token": uuid.uuid4()}
+        start = time.perf_counter()
+        with conn.transaction(force_rollback=True):
+            rows = conn.execute(claim, params).fetchall()
+        samples.append(time.perf_counter() - start)
+        assert len(rows) == 100
+    return samples
+
+
+def run(url: str, history: int, rounds: int) -> dict[str, Any]:
+    with psycopg.connect(url, autocommit=True) as c:
+        endpoint = ep.add(c, "https://example.com/h", schema=SCHEMA).endpoint.id
+        for statement in PENDING.split(";"):
+            c.execute(statement.encode(), {"ep": endpoint})
+        c.execute("ANALYZE outbox.deliveries")
+        empty = _claims(c, rounds)
+        started = time.perf_counter()
+        for start in range(0, history, 1_000_000):
+            c.execute(HISTORY.encode(), {"n": min(1_000_000, history - start), "ep": endpoint,
+                                         "from": start})
+        c.execute("VACUUM ANALYZE outbox.deliveries")
+        fill_s = time.perf_counter() - started
+        full = _claims(c, rounds)
+    e, f = percentiles([x * 1000 for x in empty]), percentiles([x * 1000 for x in full])
+    return {"history": history, "fill_seconds": fill_s, "empty_ms": e, "history_ms": f,
+            "ratio_median": statistics.median(full) / statistics.median(empty)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--history", type=int, default=5_000_000)
+    parser.add_argument("--rounds", type=int, default=300)
+    args = parser.parse_args()
+    with scratch_database() as url:
+        res = run(url, args.history, args.rounds)
+    print(f"claim 100 of 1,000 due, empty table      median {res['empty_ms']['p50']:.2f} ms"
+          f"  p99 {res['empty_ms']['p99']:.2f} ms")
+    print(f"the same with {res['history']:,} delivered rows  median "
+          f"{res['history_ms']['p50']:.2f} ms  p99 {res['history_ms']['p99']:.2f} ms"
+          f"  (filled in {res['fill_seconds']:.0f} s)")
+    print(f"ratio (median)                           {res['ratio_median']:.2f}x (target <= 1.2x)")
+    emit_json("history", res)
+
+
+if __name__ == "__main__":
+    main()
