@@ -68,6 +68,10 @@ class _Recorder:
             rep.without_id += 1
         elif msg_id not in rep.first_arrival:
             rep.first_arrival[msg_id] = now
+        if request.path.startswith("/hang"):  # a receiver that never answers (fairness)
+            await asyncio.sleep(60)
+        if request.path.startswith("/fail"):  # one that answers 500 to everything
+            return web.Response(status=500)
         return web.Response(status=200)
 
 
@@ -75,7 +79,8 @@ async def _serve(conn: Connection, loop_name: str) -> SinkReport:
     recorder = _Recorder(loop_name)
     app = web.Application()
     app.router.add_route("POST", "/{tail:.*}", recorder.handle)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    # shutdown_timeout: hanging handlers (/hang) are cancelled, not waited for, at stop
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
