@@ -22,7 +22,8 @@ import httpx
 from bench.common import emit_json
 from bench.deliver import _lanes
 from bench.sink import Sink
-from delivery.sender import make_client
+from delivery.outcome import Verdict
+from delivery.sender import make_client, make_transport, send
 
 BODY = b'{"type":"invoice.paid","data":{"id":"inv_000000000001","amount":4200,' + b'"x":"' + \
     b"y" * 120 + b'"}}'
@@ -65,14 +66,28 @@ async def _run_aiohttp(url: str, n: int, concurrency: int) -> tuple[float, float
         return await _lanes(lane, n, concurrency)
 
 
+async def _run_transport(url: str, n: int, concurrency: int) -> tuple[float, float]:
+    timeout = httpx.Timeout(15.0, connect=5.0)
+    async with make_transport(max_connections=concurrency) as transport:
+        async def lane(ids: Iterator[int]) -> None:
+            for _ in ids:
+                result = await send(transport, url, BODY, {}, timeout=timeout, total_timeout=15.0)
+                if result.verdict is not Verdict.DELIVERED:
+                    raise RuntimeError(f"POST failed: {result.error}")
+
+        return await _lanes(lane, n, concurrency)
+
+
 def measure(n: int, concurrency: int) -> dict[str, dict[str, float]]:
     options: dict[str, Callable[[str], Coroutine[Any, Any, tuple[float, float]]]] = {
         "httpx, default pool, one client": lambda u: _run_httpx(
             u, n, concurrency, [_httpx_client(concurrency)]),
         "httpx, one client per lane": lambda u: _run_httpx(
             u, n, concurrency, [_httpx_client(1) for _ in range(concurrency)]),
-        "httpx + httpx-aiohttp transport (the worker's)": lambda u: _run_httpx(
+        "httpx client + httpx-aiohttp transport": lambda u: _run_httpx(
             u, n, concurrency, [make_client(max_connections=concurrency)]),
+        "httpx Request -> transport, no client (the worker's)": lambda u: _run_transport(
+            u, n, concurrency),
         "aiohttp alone (no httpx API)": lambda u: _run_aiohttp(u, n, concurrency),
     }
     results: dict[str, dict[str, float]] = {}
@@ -80,7 +95,7 @@ def measure(n: int, concurrency: int) -> dict[str, dict[str, float]]:
         with Sink() as sink:
             wall, cpu = asyncio.run(run(sink.url + "/c"))
         results[name] = {"per_s": n / wall, "cpu_us_per_request": 1e6 * cpu / n}
-        print(f"{name:<48} {n / wall:>7,.0f} req/s  {1e6 * cpu / n:>5.0f} us CPU/request")
+        print(f"{name:<52} {n / wall:>7,.0f} req/s  {1e6 * cpu / n:>5.0f} us CPU/request")
     return results
 
 

@@ -8,7 +8,7 @@ Each measurement gets a fresh scratch database, one endpoint and a fresh
 ``webhook-id``'s first arrival). Workers are ``python -m outbox worker`` processes with
 ``OUTBOX_CONCURRENCY=--concurrency`` (and ``OUTBOX_ENDPOINT_MAX_IN_FLIGHT=--endpoint-cap``).
 
-- Raw reference: the worker's HTTP stack without a queue (``make_client`` + ``send``,
+- Raw reference: the worker's HTTP stack without a queue (``make_transport`` + ``send``,
   ``webhook_headers``-signed, ``--concurrency`` lanes in this process, warmed up), and
   bare ``aiohttp`` for scale: requests/s and this process's CPU per request.
 - Throughput: ``--events`` events emitted with ``emit_many`` (1,000 per transaction),
@@ -47,7 +47,7 @@ from bench.common import SCHEMA, emit_json, percentiles, scratch_database
 from bench.procs import CpuMeter, Workers
 from bench.sink import Sink
 from delivery.outcome import Verdict
-from delivery.sender import make_client, send
+from delivery.sender import make_transport, send
 from outbox import Event
 from outbox import endpoints as ep
 from outbox.signing import generate_secret, webhook_headers
@@ -114,7 +114,7 @@ async def _lanes(lane: Callable[[Iterator[int]], Awaitable[None]], n: int,
 
 
 async def _stack_posts(url: str, n: int, concurrency: int) -> tuple[float, float]:
-    """Signed POSTs through the worker's HTTP stack: ``make_client`` + ``send``."""
+    """Signed POSTs through the worker's HTTP stack: ``make_transport`` + ``send``."""
     secret, body = generate_secret(), json.dumps(PAYLOAD).encode()
     timeout = httpx.Timeout(15.0, connect=5.0)
     failures = 0
@@ -124,10 +124,11 @@ async def _stack_posts(url: str, n: int, concurrency: int) -> tuple[float, float
         for i in ids:
             headers = webhook_headers([secret], f"raw_{i:08d}", body)
             headers["content-type"] = "application/json"
-            result = await send(client, url, body, headers, timeout=timeout, total_timeout=15.0)
+            result = await send(transport, url, body, headers, timeout=timeout,
+                                  total_timeout=15.0)
             failures += result.verdict is not Verdict.DELIVERED
 
-    async with make_client(max_connections=concurrency) as client:
+    async with make_transport(max_connections=concurrency) as transport:
         timing = await _lanes(lane, n, concurrency)
     if failures:
         raise RuntimeError(f"raw reference: {failures} requests failed")
@@ -243,7 +244,7 @@ def _claims(counters: dict[str, int]) -> str:
 
 
 def _print_raw(raw: dict[str, Any]) -> None:
-    print(f"raw HTTP stack (make_client + send), 1 process  {raw['stack_per_s']:,.0f} req/s"
+    print(f"raw HTTP stack (make_transport + send), 1 process  {raw['stack_per_s']:,.0f} req/s"
           f"  ({raw['stack_cpu_us_per_request']:.0f} us CPU/request; sink"
           f" {raw['sink_cpu_us_per_request']:.0f} us CPU/request)")
     print(f"bare aiohttp client, 1 process                  {raw['aiohttp_only_per_s']:,.0f}"

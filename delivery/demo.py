@@ -18,7 +18,7 @@ import psycopg
 from psycopg import sql
 
 import outbox
-from delivery.runner import make_worker_client
+from delivery.runner import make_worker_transport
 from delivery.settings import WorkerSettings
 from delivery.worker import Worker
 from outbox import endpoints as ep
@@ -67,8 +67,8 @@ def _printer(start: float) -> Callable[[Received], None]:
 
 
 async def _deliver(settings: WorkerSettings, done: Callable[[], bool]) -> dict[str, int]:
-    async with make_worker_client(settings) as client:
-        worker = Worker(settings, client)
+    async with make_worker_transport(settings) as transport:
+        worker = Worker(settings, transport)
         task = asyncio.create_task(worker.run())
         deadline = time.monotonic() + 60
         while not await asyncio.to_thread(done) and time.monotonic() < deadline:

@@ -10,18 +10,18 @@ import httpx
 
 from delivery import health
 from delivery.pinning import GuardedResolver
-from delivery.sender import make_client
+from delivery.sender import make_transport
 from delivery.settings import WorkerSettings
 from delivery.worker import Worker
 from outbox.errors import ConfigurationError
 from outbox.ssrf import parse_networks
 
 
-def make_worker_client(settings: WorkerSettings) -> httpx.AsyncClient:
-    """The worker's HTTP client, guarded by the SSRF resolver with the configured allowlist."""
+def make_worker_transport(settings: WorkerSettings) -> httpx.AsyncBaseTransport:
+    """The worker's HTTP transport, guarded by the SSRF resolver with the configured allowlist."""
     resolver = GuardedResolver(parse_networks(settings.allow_networks),
                                timeout=settings.connect_timeout_seconds)
-    return make_client(max_connections=settings.concurrency, resolver=resolver)
+    return make_transport(max_connections=settings.concurrency, resolver=resolver)
 
 
 async def run_worker(
@@ -31,8 +31,8 @@ async def run_worker(
 
     Serves /metrics, /healthz and /readyz on ``OUTBOX_METRICS_PORT`` unless draining.
     """
-    async with make_worker_client(settings) as client:
-        worker = Worker(settings, client)
+    async with make_worker_transport(settings) as transport:
+        worker = Worker(settings, transport)
         loop = asyncio.get_running_loop()
         for sig in signals:
             loop.add_signal_handler(sig, worker.stop)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import time
 from collections.abc import Mapping
 
@@ -42,19 +43,17 @@ class _Exchange:
     body: bytearray = dataclasses.field(default_factory=bytearray)
 
 
+@functools.lru_cache(maxsize=4096)
+def _parsed(url: str) -> httpx.URL:
+    """Endpoint URLs parsed once: httpx's URL parser is a visible share of a delivery."""
+    return httpx.URL(url)
+
+
 async def _exchange(
-    client: httpx.AsyncClient,
-    into: _Exchange,
-    *,
-    url: str,
-    body: bytes,
-    headers: httpx.Headers,
-    timeout: httpx.Timeout,
-    body_cap: int,
+    transport: httpx.AsyncBaseTransport, request: httpx.Request, into: _Exchange, body_cap: int
 ) -> None:
-    async with client.stream(
-        "POST", url, content=body, headers=headers, timeout=timeout, follow_redirects=False
-    ) as response:
+    response = await transport.handle_async_request(request)
+    try:
         into.status = response.status_code
         into.headers = response.headers
         if body_cap <= 0:
@@ -63,6 +62,8 @@ async def _exchange(
             into.body += chunk[: body_cap - len(into.body)]
             if len(into.body) >= body_cap:
                 break
+    finally:
+        await response.aclose()
 
 
 def _deadline_result(total_timeout: float, duration_ms: float) -> AttemptResult:
@@ -78,7 +79,7 @@ def _deadline_result(total_timeout: float, duration_ms: float) -> AttemptResult:
 
 
 async def send(
-    client: httpx.AsyncClient,
+    transport: httpx.AsyncBaseTransport,
     url: str,
     body: bytes,
     headers: Mapping[str, str],
@@ -93,23 +94,17 @@ async def send(
     ``response_excerpt`` is the kept body decoded as UTF-8 (invalid bytes replaced), so it
     has at most ``body_cap`` characters; None if no status arrived or the body was empty.
     """
-    request_headers = httpx.Headers({"accept-encoding": "identity"})
-    request_headers.update(headers)
+    if not any(name.lower() == "accept-encoding" for name in headers):
+        headers = {"accept-encoding": "identity", **headers}
     exchange = _Exchange()
     deadline = asyncio.timeout(total_timeout)
     failure: Exception | None = None
     started = time.perf_counter()
     try:
         async with deadline:
-            await _exchange(
-                client,
-                exchange,
-                url=url,
-                body=body,
-                headers=request_headers,
-                timeout=timeout,
-                body_cap=body_cap,
-            )
+            request = httpx.Request("POST", _parsed(url), content=body, headers=headers,
+                                    extensions={"timeout": timeout.as_dict()})
+            await _exchange(transport, request, exchange, body_cap)
     except Exception as exc:
         failure = exc
     duration_ms = (time.perf_counter() - started) * 1000.0
@@ -128,21 +123,39 @@ async def send(
     return dataclasses.replace(result, error=f"{result.error}; {note}" if result.error else note)
 
 
-def make_client(
+class _LiteralGuard(httpx.AsyncBaseTransport):
+    """Refuses IP-literal hosts outside the allowlist before ``inner`` sees the request."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, resolver: GuardedResolver) -> None:
+        self._inner = inner
+        self._resolver = resolver
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        await self._resolver.check_literal(request)
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def make_transport(
     *, max_connections: int = 100, resolver: GuardedResolver | None = None
-) -> httpx.AsyncClient:
-    """The worker's HTTP/1.1 keep-alive client for :func:`send`: httpx's API over aiohttp.
+) -> httpx.AsyncBaseTransport:
+    """The worker's HTTP/1.1 keep-alive transport for :func:`send`: an httpx transport over
+    aiohttp's connection pool.
 
-    httpx's own connection pool costs about 5x more CPU per request than aiohttp's on this
-    hardware (bench/README.md), so requests go through the ``httpx-aiohttp`` transport;
-    callers and tests still speak httpx (respx mocks a plain ``httpx.AsyncClient``).
+    :func:`send` hands it an ``httpx.Request`` and gets an ``httpx.Response``: the worker
+    speaks httpx (and respx mocks an ``httpx.AsyncHTTPTransport`` in the unit tests), but
+    skips ``httpx.AsyncClient``, whose per-request work (URL merging, cookie extraction,
+    auth and redirect machinery; none of which a webhook POST needs) cost a third of a
+    worker's CPU (bench/README.md). httpx's own pool costs about 5x aiohttp's per request.
 
-    ``trust_env=False`` on both layers: ``HTTP(S)_PROXY``, ``NO_PROXY`` and netrc are
-    ignored, so no environment setting can route a delivery around the SSRF guard, which
-    is ``resolver``: aiohttp connects to exactly the addresses it returns (no second DNS
-    lookup), and its request hook refuses IP-literal hosts, which aiohttp never resolves.
-    Redirects are off; httpx, not aiohttp, decodes content encodings, so :func:`send`'s
-    cap applies to decoded bytes.
+    ``trust_env=False``: ``HTTP(S)_PROXY``, ``NO_PROXY`` and netrc are ignored, so no
+    environment setting can route a delivery around the SSRF guard, which is
+    ``resolver``: aiohttp connects to exactly the addresses it returns (no second DNS
+    lookup), and IP-literal hosts, which aiohttp never resolves, are checked before every
+    request. There are no redirects and no cookies; httpx, not aiohttp, decodes content
+    encodings, so :func:`send`'s cap applies to decoded bytes.
     """
 
     def session() -> aiohttp.ClientSession:
@@ -154,10 +167,16 @@ def make_client(
         return aiohttp.ClientSession(connector=connector, trust_env=False, auto_decompress=False)
 
     transport = AiohttpTransport(client=session, trust_env=False)
-    hooks = {"request": [resolver.check_literal]} if resolver is not None else {}
+    return transport if resolver is None else _LiteralGuard(transport, resolver)
+
+
+def make_client(
+    *, max_connections: int = 100, resolver: GuardedResolver | None = None
+) -> httpx.AsyncClient:
+    """An ``httpx.AsyncClient`` over :func:`make_transport` (same guard, no redirects, no
+    environment proxies), for code that wants httpx's client API around it."""
     return httpx.AsyncClient(
-        transport=transport,
-        event_hooks=hooks,
+        transport=make_transport(max_connections=max_connections, resolver=resolver),
         trust_env=False,
         follow_redirects=False,
         timeout=httpx.Timeout(15.0, connect=5.0),

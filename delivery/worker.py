@@ -47,10 +47,10 @@ FLUSH_MAX = 500
 class Worker:
     """One process's delivery loop. Create, then ``await run()``; ``stop()`` ends it."""
 
-    def __init__(self, settings: WorkerSettings, client: httpx.AsyncClient,
+    def __init__(self, settings: WorkerSettings, transport: httpx.AsyncBaseTransport,
                  store: Store | None = None) -> None:
         self.settings = settings
-        self.client = client
+        self.transport = transport
         self.store = store or Store(settings)
         self.metrics = Metrics()
         self.gate = EndpointGate(default_cap=settings.default_endpoint_cap,
@@ -213,7 +213,7 @@ class Worker:
                                 timestamp=int(time.time()))
         total = self.settings.endpoint_timeout(job.timeout_seconds)
         timeout = httpx.Timeout(total, connect=min(total, self.settings.connect_timeout_seconds))
-        result = await send(self.client, job.url, body, headers, timeout=timeout,
+        result = await send(self.transport, job.url, body, headers, timeout=timeout,
                             total_timeout=total, body_cap=self.settings.response_body_cap)
         done = decide(job, result, self.settings)
         self.metrics.attempted(job, done)

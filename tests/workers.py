@@ -56,11 +56,11 @@ def run_until(cfg: WorkerSettings, done: Callable[[], bool], timeout: float = 30
     """Run one in-process worker until ``done()`` (checked from a thread) or timeout."""
 
     async def main() -> None:
-        from delivery.sender import make_client
+        from delivery.sender import make_transport
         from delivery.worker import Worker
 
-        async with make_client() as client:
-            worker = Worker(cfg, client)
+        async with make_transport() as transport:
+            worker = Worker(cfg, transport)
             task = asyncio.create_task(worker.run())
             deadline = time.monotonic() + timeout
             while not await asyncio.to_thread(done):

@@ -167,7 +167,7 @@ async def _ping(ctx: Context, endpoint: ep.Endpoint, secrets: list[str]) -> dict
 
         from delivery.jobs import Job
         from delivery.request import build_headers
-        from delivery.runner import make_worker_client
+        from delivery.runner import make_worker_transport
         from delivery.sender import send
         from delivery.settings import WorkerSettings
     except ImportError as exc:
@@ -197,8 +197,8 @@ async def _ping(ctx: Context, endpoint: ep.Endpoint, secrets: list[str]) -> dict
                             timestamp=int(now.timestamp()))
     total = settings.endpoint_timeout(endpoint.timeout_seconds)
     timeout = httpx.Timeout(total, connect=min(total, settings.connect_timeout_seconds))
-    async with make_worker_client(settings) as client:
-        result = await send(client, endpoint.url, raw, headers, timeout=timeout,
+    async with make_worker_transport(settings) as transport:
+        result = await send(transport, endpoint.url, raw, headers, timeout=timeout,
                             total_timeout=total, body_cap=settings.response_body_cap)
     return {"webhook_id": str(event_id), "url": endpoint.url, "status": result.status_code,
             "duration_ms": result.duration_ms, "verdict": str(result.verdict),

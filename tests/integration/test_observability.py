@@ -55,11 +55,11 @@ def _with_worker(cfg: WorkerSettings, body: Callable[[], None]) -> None:
 
     async def main() -> None:
         from delivery import health
-        from delivery.runner import make_worker_client
+        from delivery.runner import make_worker_transport
         from delivery.worker import Worker
 
-        async with make_worker_client(cfg) as client:
-            worker = Worker(cfg, client)
+        async with make_worker_transport(cfg) as transport:
+            worker = Worker(cfg, transport)
             app = health.make_app(worker.metrics.registry, worker.ready)
             runner = await health.serve(app, cfg.metrics_port, "127.0.0.1")
             task = asyncio.create_task(worker.run())

@@ -24,9 +24,11 @@ TIMEOUT = httpx.Timeout(5.0, connect=2.0)
 
 
 async def _send(total_timeout: float = 5.0, body_cap: int = DEFAULT_BODY_CAP) -> AttemptResult:
-    async with httpx.AsyncClient(trust_env=False) as client:
+    # respx intercepts httpcore, the pool under httpx's own transport; the worker's
+    # transport (make_transport) is exercised against real servers in tests/integration.
+    async with httpx.AsyncHTTPTransport() as transport:
         return await send(
-            client,
+            transport,
             URL,
             BODY,
             {"webhook-id": "evt_1", "content-type": "application/json"},
