@@ -16,6 +16,8 @@ TYPE_MAX_LENGTH = 128
 KEY_MAX_LENGTH = 255
 # Dotted names such as "invoice.paid" or "user:created"; no spaces or control characters.
 _TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/\-]*$")
+# One encoder for every payload: json.dumps with non-default options builds a new one per call.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,9 +59,7 @@ def prepare(event: Event, max_payload_bytes: int) -> PreparedEvent:
     _check_key("key", event.key)
     _check_key("idempotency_key", event.idempotency_key)
     try:
-        body = json.dumps(
-            event.payload, ensure_ascii=False, allow_nan=False, separators=(",", ":")
-        )
+        body = _ENCODER.encode(event.payload)
     except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidEvent(f"payload of {event.type!r} is not JSON-serialisable: {exc}") from exc
     size = len(body.encode("utf-8"))
