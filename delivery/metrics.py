@@ -34,6 +34,9 @@ class Metrics:
         self.registry = registry or CollectorRegistry()
         self._max_endpoints = max_endpoints
         self._endpoints: set[str] = set()
+        # (outcome, endpoint id) -> its labelled children: labels() per call is a lock
+        # and a few dict lookups; endpoints past the cap ("other") are not cached
+        self._children: dict[tuple[str, object], tuple[Counter, Histogram]] = {}
         self._lock = threading.Lock()
         r = self.registry
         self.deliveries = Counter("outbox_deliveries", "Delivery attempts by outcome",
@@ -66,11 +69,18 @@ class Metrics:
 
     def attempted(self, job: Job, done: Completion) -> None:
         """Record one finished attempt (before it is written; fencing is counted apart)."""
-        label = self.endpoint(job.endpoint_id)
         if done.outcome == "parked":
             return
-        self.deliveries.labels(done.outcome, label).inc()
-        self.attempt_duration.labels(label).observe(done.duration_ms / 1000.0)
+        key = (done.outcome, job.endpoint_id)
+        children = self._children.get(key)
+        if children is None:
+            label = self.endpoint(job.endpoint_id)
+            children = (self.deliveries.labels(done.outcome, label),
+                        self.attempt_duration.labels(label))
+            if label != "other":
+                self._children[key] = children
+        children[0].inc()
+        children[1].observe(done.duration_ms / 1000.0)
         if done.state == "delivered":
             lag = dt.datetime.now(dt.UTC) - job.emitted_at
             self.lag.observe(max(lag.total_seconds(), 0.0))

@@ -219,11 +219,12 @@ class Worker:
         self.metrics.attempted(job, done)
         # delivered at DEBUG: one line per success costs ~7% of a worker's CPU (bench/)
         level = logging.DEBUG if done.state == "delivered" else logging.INFO
-        log.log(level, "delivery %s", done.outcome, extra={
-            "event_id": job.webhook_id, "delivery_id": job.delivery_id,
-            "endpoint_id": str(job.endpoint_id), "attempt": job.attempt,
-            "outcome": done.outcome, "status": done.status,
-            "duration_ms": round(done.duration_ms, 1), "error": done.error})
+        if log.isEnabledFor(level):
+            log.log(level, "delivery %s", done.outcome, extra={
+                "event_id": job.webhook_id, "delivery_id": job.delivery_id,
+                "endpoint_id": str(job.endpoint_id), "attempt": job.attempt,
+                "outcome": done.outcome, "status": done.status,
+                "duration_ms": round(done.duration_ms, 1), "error": done.error})
         self._record(done)
         return result.verdict is Verdict.RETRY
 
