@@ -164,7 +164,8 @@ def make_transport(
             resolver=resolver, ttl_dns_cache=None if resolver is None else 0,
             use_dns_cache=resolver is None,
         )
-        return aiohttp.ClientSession(connector=connector, trust_env=False, auto_decompress=False)
+        return aiohttp.ClientSession(connector=connector, trust_env=False, auto_decompress=False,
+                                     cookie_jar=aiohttp.DummyCookieJar())
 
     transport = AiohttpTransport(client=session, trust_env=False)
     return transport if resolver is None else _LiteralGuard(transport, resolver)
