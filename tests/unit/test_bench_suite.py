@@ -1,0 +1,131 @@
+"""bench.suite's table: rows, ratios and verdicts from given results (no benchmark runs)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bench import suite
+
+
+def results() -> dict[str, Any]:
+    """A full set of section results shaped like the benchmark modules' (made-up figures)."""
+    return {
+        "emit": {"plain_tx_ms": {"p50": 0.2}, "emit_tx_ms": {"p50": 0.38},
+                 "second_insert_tx_ms": {"p50": 0.25},
+                 "emit_many_1000_events_per_s": 43_900.0},
+        "throughput": {"raw": {"stack_per_s": 1500.0},
+                       "workers_1": {"deliveries_per_s": 1000.0},
+                       "workers_2": {"deliveries_per_s": 1470.0}},
+        "latency": {"latency_ms": {"p50": 5.7, "p99": 45.0}},
+        "pgqueuer": {"median_rate_by_batch": {"10": 4200.0}},
+        "procrastinate": {"median_rate": 700.0},
+        "history": {"empty_ms": {"p50": 4.41}, "history_ms": {"p50": 4.52}},
+        "fairness": {"all healthy": 800.0, "one hanging": 880.0, "one failing (500)": 700.0},
+        "memory": {"peak_rss_mb": 104.0, "idle_rss_mb": 75.0, "all_in_flight": True},
+    }
+
+
+def by_label(rows: list[suite.Row]) -> dict[str, suite.Row]:
+    return {r.target: r for r in rows}
+
+
+def test_every_target_judged_from_full_results() -> None:
+    rows = by_label(suite.rows_for(list(suite.SECTIONS), results(), {}))
+    assert len(rows) == len(suite.TARGETS)
+    verdicts = {label: r.met for label, r in rows.items()}
+    assert verdicts == {
+        "throughput, 1 worker vs raw HTTP stack": True,  # 0.67x >= 0.6
+        "throughput, 2 workers vs raw HTTP stack": True,
+        "throughput, 2 workers vs pgqueuer no-op drain (batch 10)": False,  # 0.35x
+        "throughput, 2 workers vs procrastinate no-op drain (conc. 50)": True,  # 2.1x
+        "emit overhead, median app transaction": False,  # 1.9x > 1.3
+        "reference: app transaction + a bare second INSERT": True,  # 1.25x
+        "emit_many, 1,000 events": False,  # 43,900 < 50,000
+        "latency p50 at 500 events/s": True,
+        "latency p99 at 500 events/s": True,
+        "claim median, delivered history vs empty": True,  # 1.02x
+        "fairness, tenth endpoint hanging": True,  # 1.1x
+        "fairness, tenth endpoint answering 500": False,  # 0.875x < 0.9
+        "worker RSS, 1,000 requests in flight": True,
+    }
+
+
+def test_row_cells() -> None:
+    rows = by_label(suite.rows_for(list(suite.SECTIONS), results(), {}))
+    pgq = rows["throughput, 2 workers vs pgqueuer no-op drain (batch 10)"]
+    assert (pgq.ours, pgq.reference, pgq.ratio, pgq.target_value, pgq.verdict) == (
+        "1,470 /s", "4,200 /s", "0.35x", ">= 1x", "no")
+    emit = rows["emit overhead, median app transaction"]
+    assert (emit.ours, emit.reference, emit.ratio, emit.target_value) == (
+        "0.380 ms", "0.200 ms", "1.90x", "<= 1.3x")
+    many = rows["emit_many, 1,000 events"]
+    assert (many.reference, many.ratio, many.target_value) == ("-", "-", ">= 50,000 events/s")
+    rss = rows["worker RSS, 1,000 requests in flight"]
+    assert (rss.ours, rss.target_value, rss.verdict) == ("104 MB", "< 200 MB", "yes")
+
+
+def test_limits_are_inclusive_where_the_target_says_so() -> None:
+    res = results()
+    res["latency"]["latency_ms"] = {"p50": 20.0, "p99": 100.0}
+    res["memory"]["peak_rss_mb"] = 200.0
+    rows = by_label(suite.rows_for(["latency", "memory"], res, {}))
+    assert rows["latency p50 at 500 events/s"].met is True
+    assert rows["latency p99 at 500 events/s"].met is True
+    assert rows["worker RSS, 1,000 requests in flight"].met is False  # strictly under 200
+
+
+def test_memory_needs_all_requests_in_flight() -> None:
+    res = results()
+    res["memory"]["all_in_flight"] = False
+    row = by_label(suite.rows_for(["memory"], res, {}))["worker RSS, 1,000 requests in flight"]
+    assert row.met is False and row.verdict == "no (all_in_flight is false)"
+
+
+def test_failed_section_shows_its_error_and_others_still_judged() -> None:
+    res = results()
+    del res["throughput"]
+    errors = {"throughput": "RuntimeError: sink saw 4999 distinct ids, expected 5000"}
+    rows = by_label(suite.rows_for(list(suite.SECTIONS), res, errors))
+    pgq = rows["throughput, 2 workers vs pgqueuer no-op drain (batch 10)"]
+    assert pgq.met is None and pgq.verdict.startswith("error in throughput: RuntimeError")
+    assert pgq.reference == "4,200 /s" and pgq.ours == "-"  # the peer's figure still shows
+    assert rows["emit_many, 1,000 events"].met is False
+    assert "sink saw" in suite.table(list(rows.values()))
+
+
+def test_only_peer_lists_the_peer_rows_as_not_run_on_our_side() -> None:
+    res = {k: v for k, v in results().items() if k in ("pgqueuer", "procrastinate")}
+    rows = suite.rows_for(["pgqueuer", "procrastinate"], res, {})
+    assert [r.target for r in rows] == [
+        "throughput, 2 workers vs pgqueuer no-op drain (batch 10)",
+        "throughput, 2 workers vs procrastinate no-op drain (conc. 50)"]
+    assert all(r.met is None and r.verdict == "not run (throughput)" for r in rows)
+    assert [r.reference for r in rows] == ["4,200 /s", "700 /s"]
+
+
+def test_select_expands_groups_keeps_run_order_and_rejects_unknown_names() -> None:
+    assert suite.select(None) == list(suite.SECTIONS)
+    assert suite.select("memory,peer") == ["pgqueuer", "procrastinate", "memory"]
+    assert suite.select("history, emit") == ["emit", "history"]
+    with pytest.raises(ValueError, match="unknown section 'nope'"):
+        suite.select("emit,nope")
+
+
+def test_table_is_aligned_markdown() -> None:
+    text = suite.table(suite.rows_for(list(suite.SECTIONS), results(), {}))
+    lines = text.splitlines()
+    assert lines[0].startswith("| target ") and lines[0].endswith(" met? |")
+    assert set(lines[1]) <= {"|", "-"}
+    assert len({len(line) for line in lines}) == 1
+    assert len(lines) == 2 + len(suite.TARGETS)
+
+
+def test_lookup_and_compare() -> None:
+    assert suite.lookup({"a": [{"b": 1}]}, ("a", 0, "b")) == 1
+    assert suite.lookup({"a": {}}, ("a", "b", "c")) is None
+    assert suite.lookup({"a": 3}, ("a", "b")) is None
+    assert suite.compare(1.0, ">=", 1.0) and not suite.compare(1.0, "<", 1.0)
+    with pytest.raises(ValueError):
+        suite.compare(1.0, "==", 1.0)
