@@ -18,6 +18,7 @@ from typing import Any
 
 import aiohttp
 import httpx
+import uvloop
 
 from bench.common import emit_json
 from bench.deliver import _lanes
@@ -88,12 +89,14 @@ def measure(n: int, concurrency: int) -> dict[str, dict[str, float]]:
             u, n, concurrency, [make_client(max_connections=concurrency)]),
         "httpx Request -> transport, no client (the worker's)": lambda u: _run_transport(
             u, n, concurrency),
+        "the worker's, on uvloop": lambda u: _run_transport(u, n, concurrency),
         "aiohttp alone (no httpx API)": lambda u: _run_aiohttp(u, n, concurrency),
     }
     results: dict[str, dict[str, float]] = {}
     for name, run in options.items():
+        runner = uvloop.run if "uvloop" in name else asyncio.run
         with Sink() as sink:
-            wall, cpu = asyncio.run(run(sink.url + "/c"))
+            wall, cpu = runner(run(sink.url + "/c"))
         results[name] = {"per_s": n / wall, "cpu_us_per_request": 1e6 * cpu / n}
         print(f"{name:<52} {n / wall:>7,.0f} req/s  {1e6 * cpu / n:>5.0f} us CPU/request")
     return results

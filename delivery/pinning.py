@@ -70,8 +70,8 @@ class GuardedResolver(aiohttp.abc.AbstractResolver):
         return None
 
     async def check_literal(self, request: httpx.Request) -> None:
-        """httpx request hook: aiohttp never asks its resolver about an IP-literal host
-        (``http://10.0.0.1/``), so those are checked here, before every request."""
+        """Refuse a blocked IP-literal host; the worker's transport calls this before every
+        request, since aiohttp never asks its resolver about ``http://10.0.0.1/``."""
         ip = ip_literal(request.url.host)
         if ip is not None:
             reason = check_address(ip, self._allow)

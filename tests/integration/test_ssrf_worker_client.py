@@ -1,4 +1,4 @@
-"""The SSRF guard on the worker's real client (httpx API over aiohttp), real sockets.
+"""The SSRF guard on the worker's real transport (httpx API over aiohttp), real sockets.
 
 aiohttp connects to exactly what its resolver returns, so :class:`GuardedResolver` is the
 pin; these tests drive ``make_client(resolver=...)`` with a scripted resolver.

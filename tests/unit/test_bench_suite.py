@@ -36,7 +36,7 @@ def test_every_target_judged_from_full_results() -> None:
     assert len(rows) == len(suite.TARGETS)
     verdicts = {label: r.met for label, r in rows.items()}
     assert verdicts == {
-        "throughput, 1 worker vs raw HTTP stack": True,  # 0.67x >= 0.6
+        "(info) throughput, 1 worker vs raw HTTP stack": None,  # no target: shown only
         "throughput, 2 workers vs raw HTTP stack": True,
         "throughput, 2 workers vs pgqueuer no-op drain (batch 10)": False,  # 0.35x
         "throughput, 2 workers vs procrastinate no-op drain (conc. 50)": True,  # 2.1x
@@ -129,3 +129,9 @@ def test_lookup_and_compare() -> None:
     assert suite.compare(1.0, ">=", 1.0) and not suite.compare(1.0, "<", 1.0)
     with pytest.raises(ValueError):
         suite.compare(1.0, "==", 1.0)
+
+
+def test_information_row_shows_its_ratio_without_a_verdict() -> None:
+    rows = by_label(suite.rows_for(["throughput"], results(), {}))
+    info = rows["(info) throughput, 1 worker vs raw HTTP stack"]
+    assert (info.ratio, info.target_value, info.verdict, info.met) == ("0.67x", "-", "-", None)
