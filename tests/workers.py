@@ -53,9 +53,12 @@ def drain(cfg: WorkerSettings) -> dict[str, int]:
 
 
 def run_until(cfg: WorkerSettings, done: Callable[[], bool], timeout: float = 30.0) -> None:
-    """Run one in-process worker until ``done()`` (checked from a thread) or timeout."""
+    """Run one in-process worker until ``done()`` (checked from a thread) or timeout.
 
-    async def main() -> None:
+    The condition must hold while the worker runs: stopping may change what it looks at
+    (held rows are handed back, a request still in flight records its retry)."""
+
+    async def main() -> bool:
         from delivery.sender import make_transport
         from delivery.worker import Worker
 
@@ -63,15 +66,16 @@ def run_until(cfg: WorkerSettings, done: Callable[[], bool], timeout: float = 30
             worker = Worker(cfg, transport)
             task = asyncio.create_task(worker.run())
             deadline = time.monotonic() + timeout
-            while not await asyncio.to_thread(done):
+            reached = False
+            while not (reached := await asyncio.to_thread(done)):
                 if time.monotonic() > deadline or task.done():
                     break
                 await asyncio.sleep(0.05)
             worker.stop()
             await task
+            return reached
 
-    asyncio.run(main())
-    assert done(), "condition not reached before the timeout"
+    assert asyncio.run(main()), "condition not reached before the timeout"
 
 
 def rows(db_url: str, query: str, params: Any = None) -> list[tuple[Any, ...]]:
