@@ -40,6 +40,7 @@ Verification
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import math
@@ -85,6 +86,13 @@ def decode_secret(secret: str) -> bytes:
     """
     if not isinstance(secret, str):
         raise InvalidEndpoint("webhook secret must be a str")
+    return _decoded(secret)
+
+
+@functools.lru_cache(maxsize=1024)
+def _decoded(secret: str) -> bytes:
+    """:func:`decode_secret` of a str, remembered: a worker signs with the same few secrets
+    over and over (a refused secret raises, and is not remembered)."""
     encoded = secret.removeprefix(SECRET_PREFIX)
     try:
         key = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)

@@ -22,6 +22,7 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import socket
 import threading
@@ -175,7 +176,10 @@ async def system_resolver(host: str, port: int) -> list[IPAddress]:
     ]
 
 
+@functools.lru_cache(maxsize=4096)
 def ip_literal(host: str) -> IPAddress | None:
+    """``host`` as an IP address if it is one (brackets allowed), else None. Remembered:
+    the worker asks this of every request's host."""
     try:
         return ipaddress.ip_address(host.removeprefix("[").removesuffix("]"))
     except ValueError:
