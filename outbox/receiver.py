@@ -3,6 +3,9 @@
 ``outbox demo`` and the delivery-worker integration tests point endpoints at a
 :class:`Receiver`; ``python -m outbox.receiver --port 8080 --secret whsec_...`` runs one
 standalone and prints ``<webhook-id> <type> signature=ok|bad|unchecked`` per request.
+This module serves, records and scripts; carrying an answer out on the wire (plain, or
+hostile: reset, garbage, hang, trickle, gzip bomb) is :mod:`outbox.receiver_answers`,
+whose :class:`Behaviour`, :func:`gzip_bomb` and ``TRICKLE_LENGTH`` it re-exports.
 
 What it guarantees
     * Every request whose body was read completely is recorded exactly once, in arrival
@@ -31,49 +34,28 @@ import dataclasses
 import json
 import socket
 import socketserver
-import struct
 import sys
 import threading
 import time
-import zlib
 from collections.abc import Callable, Mapping, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any, cast
 from urllib.parse import urlsplit
 
 from outbox.errors import InvalidEndpoint, InvalidSignature
+from outbox.receiver_answers import (
+    TRICKLE_LENGTH,
+    AnsweringHandler,
+    Behaviour,
+    answer_status,
+    gzip_bomb,
+)
 from outbox.signing import decode_secret, verify
 
-__all__ = ["Behaviour", "Received", "Receiver", "main"]
+# Behaviour, TRICKLE_LENGTH and gzip_bomb live in outbox.receiver_answers; re-exported here.
+__all__ = ["TRICKLE_LENGTH", "Behaviour", "Received", "Receiver", "gzip_bomb", "main"]
 
 MAX_REQUEST_BODY = 64 * 1024 * 1024
-TRICKLE_LENGTH = 1024 * 1024  # announced Content-Length of a trickled body
-_MIB = 1024 * 1024
-_GARBAGE = b"\x00\xff\xfeTHIS IS NOT HTTP\r\n\x1b[31m\x00garbage\r\n\r\n"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Behaviour:
-    """One scripted answer. Hostile fields win over the plain answer, checked in order:
-    ``reset`` > ``garbage`` > ``hang`` > ``redirect_to`` > ``trickle`` > ``gzip_bomb_mb``.
-    ``delay`` applies to all of them. ``Content-Length`` in ``headers`` is ignored."""
-
-    status: int = 200
-    delay: float = 0.0
-    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    body: bytes = b""
-    redirect_to: str | None = None  # 302 (or ``status`` if 3xx) with Location
-    trickle: float | None = None  # seconds per body byte of a TRICKLE_LENGTH body
-    reset: bool = False  # close with SO_LINGER 0: the client sees a TCP RST
-    hang: bool = False  # never answer; closed when the receiver stops
-    gzip_bomb_mb: int | None = None  # gzip body inflating to this many MiB of zeros
-    garbage: bool = False  # write non-HTTP bytes, then close
-
-    def __post_init__(self) -> None:
-        if not 100 <= self.status <= 999 or self.delay < 0:
-            raise ValueError(f"need 100 <= status <= 999 and delay >= 0, got {self!r}")
-        if (self.trickle is not None and self.trickle <= 0) or (self.gzip_bomb_mb or 1) < 1:
-            raise ValueError(f"need trickle > 0 and gzip_bomb_mb >= 1, got {self!r}")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -90,22 +72,6 @@ class Received:
     headers: dict[str, str]
     at: float
     answer: int | None = None  # the status it was answered with; None: reset, hang, garbage
-
-
-_bomb_lock = threading.Lock()
-_bomb_cache: dict[int, bytes] = {}
-
-
-def gzip_bomb(mib: int) -> bytes:
-    """Gzip bytes inflating to ``mib`` MiB of zeros; compressed chunk by chunk, cached."""
-    with _bomb_lock:
-        if mib not in _bomb_cache:
-            compressor = zlib.compressobj(9, zlib.DEFLATED, 31)  # wbits 31: gzip container
-            zeros = bytes(_MIB)
-            parts = [compressor.compress(zeros) for _ in range(mib)]
-            parts.append(compressor.flush())
-            _bomb_cache[mib] = b"".join(parts)
-        return _bomb_cache[mib]
 
 
 def _longest_prefix(path: str, prefixes: Mapping[str, Any]) -> str | None:
@@ -160,7 +126,7 @@ class _Server(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(AnsweringHandler):
     protocol_version = "HTTP/1.1"
     server_version = "outbox-test-receiver"
 
@@ -196,53 +162,6 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return None
         return self.rfile.read(length)
-
-    def _respond(self, b: Behaviour, stopping: threading.Event) -> None:
-        if b.reset:
-            self._reset()
-        elif b.garbage:
-            self.wfile.write(_GARBAGE)
-            self.close_connection = True
-        elif b.hang:
-            stopping.wait()
-            self.close_connection = True
-        elif b.redirect_to is not None:
-            status = b.status if 300 <= b.status < 400 else 302
-            self._send(status, {**b.headers, "Location": b.redirect_to}, b.body)
-        elif b.trickle is not None:
-            self._trickle(b, b.trickle, stopping)
-        elif b.gzip_bomb_mb is not None:
-            headers = {"Content-Type": "application/json", **b.headers, "Content-Encoding": "gzip"}
-            self._send(b.status, headers, gzip_bomb(b.gzip_bomb_mb))
-        else:
-            self._send(b.status, b.headers, b.body)
-
-    def _send(self, status: int, headers: Mapping[str, str], body: bytes) -> None:
-        self._start(status, headers, len(body))
-        self.wfile.write(body)
-
-    def _start(self, status: int, headers: Mapping[str, str], length: int) -> None:
-        self.send_response(status)
-        for name, value in headers.items():
-            if name.lower() != "content-length":
-                self.send_header(name, value)
-        self.send_header("Content-Length", str(length))
-        self.end_headers()
-
-    def _trickle(self, b: Behaviour, seconds: float, stopping: threading.Event) -> None:
-        self._start(b.status, b.headers, TRICKLE_LENGTH)
-        self.close_connection = True  # the body is never completed
-        for _ in range(TRICKLE_LENGTH):
-            self.wfile.write(b" ")
-            if stopping.wait(seconds):
-                return
-
-    def _reset(self) -> None:
-        self.close_connection = True
-        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        self.rfile.close()  # drop the makefile reference so close() really closes (RST)
-        self.connection.close()
-
 
 class Receiver:
     """Record webhooks on ``http://127.0.0.1:<port>`` from a daemon thread (see module).
@@ -349,7 +268,7 @@ class Receiver:
                 body=body,
                 headers=headers,
                 at=time.time(),
-                answer=_answer(behaviour),
+                answer=answer_status(behaviour),
             )
             self._records.append(record)
             if record.webhook_id is not None:
@@ -397,14 +316,6 @@ class Receiver:
         with self._cond:
             self._records.clear()
             self._counts.clear()
-
-
-def _answer(b: Behaviour) -> int | None:
-    if b.reset or b.hang or b.garbage:
-        return None
-    if b.redirect_to is not None:
-        return b.status if 300 <= b.status < 400 else 302
-    return b.status
 
 
 def _event_type(body: bytes) -> str:
