@@ -23,8 +23,8 @@ import uvloop
 from bench.common import emit_json
 from bench.deliver import _lanes
 from bench.sink import Sink
-from delivery.outcome import Verdict
-from delivery.sender import make_client, make_transport, send
+from outbox.delivery.outcome import Verdict
+from outbox.delivery.sender import make_client, make_transport, send
 
 BODY = b'{"type":"invoice.paid","data":{"id":"inv_000000000001","amount":4200,' + b'"x":"' + \
     b"y" * 120 + b'"}}'

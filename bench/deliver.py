@@ -46,10 +46,10 @@ import outbox
 from bench.common import SCHEMA, emit_json, percentiles, scratch_database
 from bench.procs import CpuMeter, Workers
 from bench.sink import Sink
-from delivery.outcome import Verdict
-from delivery.sender import make_transport, send
 from outbox import Event
 from outbox import endpoints as ep
+from outbox.delivery.outcome import Verdict
+from outbox.delivery.sender import make_transport, send
 from outbox.signing import generate_secret, webhook_headers
 
 PAYLOAD = {"id": 0, "total": 1999, "currency": "EUR", "customer": "cus_0123456789"}

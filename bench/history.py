@@ -20,9 +20,9 @@ from typing import Any
 import psycopg
 
 from bench.common import SCHEMA, emit_json, percentiles, scratch_database
-from delivery import queries
 from outbox import endpoints as ep
 from outbox.db import render
+from outbox.delivery import queries
 
 # Event ids are time-ordered (UUIDv7) in real use: the history sorts below the backlog.
 PENDING = """

@@ -18,10 +18,10 @@ import psycopg
 from psycopg import sql
 
 import outbox
-from delivery.runner import make_worker_transport
-from delivery.settings import WorkerSettings
-from delivery.worker import Worker
 from outbox import endpoints as ep
+from outbox.delivery.runner import make_worker_transport
+from outbox.delivery.settings import WorkerSettings
+from outbox.delivery.worker import Worker
 from outbox.migrate import migrate
 from outbox.receiver import Behaviour, Received, Receiver
 from outbox.signing import generate_secret

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from uuid import UUID
 
-from delivery.jobs import Job
+from outbox.delivery.jobs import Job
 
 if TYPE_CHECKING:
-    from delivery.settings import WorkerSettings
+    from outbox.delivery.settings import WorkerSettings
 
 DEFER_SECONDS = 0.5
 

@@ -1,4 +1,4 @@
-"""Prometheus metrics of one worker process (its own registry, served by delivery.health).
+"""Prometheus metrics of one worker process (its own registry, served by outbox.delivery.health).
 
 Label cardinality is bounded: ``endpoint`` is the endpoint id (never the URL), and after
 ``max_endpoints`` distinct ids every further endpoint is counted as ``other``.
@@ -21,7 +21,7 @@ import threading
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from delivery.jobs import Completion, Job
+from outbox.delivery.jobs import Completion, Job
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300,
                     1800, 3600, 6 * 3600, 24 * 3600)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 
-from delivery.jobs import Completion, Job
-from delivery.outcome import AttemptResult, Verdict, retry_delay
-from delivery.settings import WorkerSettings
+from outbox.delivery.jobs import Completion, Job
+from outbox.delivery.outcome import AttemptResult, Verdict, retry_delay
+from outbox.delivery.settings import WorkerSettings
 
 
 def decide(job: Job, result: AttemptResult, settings: WorkerSettings) -> Completion:

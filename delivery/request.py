@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from delivery.jobs import Job
+from outbox.delivery.jobs import Job
 from outbox.signing import webhook_headers
 
 

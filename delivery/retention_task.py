@@ -17,9 +17,9 @@ from collections.abc import Callable
 
 import psycopg
 
-from delivery import queries
-from delivery.settings import WorkerSettings
 from outbox.db import render
+from outbox.delivery import queries
+from outbox.delivery.settings import WorkerSettings
 from outbox.errors import OutboxError
 from outbox.retention import PruneResult, prune
 

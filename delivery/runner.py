@@ -8,11 +8,11 @@ from collections.abc import Iterable
 
 import httpx
 
-from delivery import health
-from delivery.pinning import GuardedResolver
-from delivery.sender import make_transport
-from delivery.settings import WorkerSettings
-from delivery.worker import Worker
+from outbox.delivery import health
+from outbox.delivery.pinning import GuardedResolver
+from outbox.delivery.sender import make_transport
+from outbox.delivery.settings import WorkerSettings
+from outbox.delivery.worker import Worker
 from outbox.errors import ConfigurationError
 from outbox.ssrf import parse_networks
 

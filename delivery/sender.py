@@ -1,4 +1,4 @@
-"""One webhook POST, turned into an :class:`~delivery.outcome.AttemptResult`.
+"""One webhook POST, turned into an :class:`~outbox.delivery.outcome.AttemptResult`.
 
 Guarantees of :func:`send`:
 
@@ -30,8 +30,8 @@ import aiohttp.abc
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
-from delivery.outcome import AttemptResult, Verdict, classify_exception, classify_status
-from delivery.pinning import GuardedResolver
+from outbox.delivery.outcome import AttemptResult, Verdict, classify_exception, classify_status
+from outbox.delivery.pinning import GuardedResolver
 
 DEFAULT_BODY_CAP = 16384
 

@@ -17,10 +17,10 @@ import psycopg
 import tenacity
 from psycopg_pool import AsyncConnectionPool
 
-from delivery import queries
-from delivery.jobs import Completion, Job
-from delivery.settings import WorkerSettings
 from outbox.db import render, translated
+from outbox.delivery import queries
+from outbox.delivery.jobs import Completion, Job
+from outbox.delivery.settings import WorkerSettings
 from outbox.secretbox import SecretBox
 
 log = logging.getLogger("outbox.worker")

@@ -7,7 +7,7 @@ Guarantees:
   at the end of their lease; any worker reclaims them after it. The receiver may then
   see a ``webhook-id`` twice; it never sees one never.
 - No transaction is held across HTTP: the claim commits first; results are recorded
-  later in one fenced statement per flush (see :mod:`delivery.queries`).
+  later in one fenced statement per flush (see :mod:`outbox.delivery.queries`).
 - At most ``concurrency`` requests in flight per process; claims are sized to the free
   capacity, never larger.
 - ``stop()`` (SIGTERM/SIGINT): claims stop at once; in-flight requests get
@@ -28,16 +28,16 @@ import uuid
 import httpx
 import psycopg
 
-from delivery.fairness import EndpointGate, HeldJobs
-from delivery.jobs import Completion, Job
-from delivery.metrics import Metrics
-from delivery.outcome import Verdict
-from delivery.policy import decide, defer, park
-from delivery.request import build_headers
-from delivery.retention_task import prune_loop
-from delivery.sender import send
-from delivery.settings import WorkerSettings
-from delivery.store import Store
+from outbox.delivery.fairness import EndpointGate, HeldJobs
+from outbox.delivery.jobs import Completion, Job
+from outbox.delivery.metrics import Metrics
+from outbox.delivery.outcome import Verdict
+from outbox.delivery.policy import decide, defer, park
+from outbox.delivery.request import build_headers
+from outbox.delivery.retention_task import prune_loop
+from outbox.delivery.sender import send
+from outbox.delivery.settings import WorkerSettings
+from outbox.delivery.store import Store
 from outbox.errors import OutboxError
 
 log = logging.getLogger("outbox.worker")

@@ -3,7 +3,7 @@
 
     python3 deploy/dev.py demo    # emit events and deliver them to a local receiver
     python3 deploy/dev.py test    # the whole test suite (starts PostgreSQL if needed)
-    python3 deploy/dev.py lint    # ruff and mypy --strict
+    python3 deploy/dev.py lint    # ruff, mypy --strict and the import-layer contracts
 
 It creates ./.venv on first use and reinstalls the project (with its dev extra) whenever
 pyproject.toml changes. Extra arguments go to the underlying command.
@@ -56,6 +56,7 @@ def main() -> int:
         return run(str(BIN / "python"), "-m", "pytest", *rest)
     return (run(str(BIN / "ruff"), "check", ".")
             or run(str(BIN / "mypy"), "--strict")
+            or run(str(BIN / "lint-imports"))
             or 0)
 
 

@@ -1,7 +1,7 @@
 """Settings read from the environment (pydantic-settings), each with a default.
 
 ``OUTBOX_DATABASE_URL`` falls back to ``DATABASE_URL``, then to the local server.
-Worker-only settings live in :mod:`delivery.settings`, which extends this class.
+Worker-only settings live in :mod:`outbox.delivery.settings`, which extends this class.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ address checked by one lookup is not the address a later lookup would connect to
 
 Guarantees:
 
-- The connection pinning in :mod:`delivery.pinning` connects only to addresses that
+- The connection pinning in :mod:`outbox.delivery.pinning` connects only to addresses that
   passed :func:`check_address` in the same lookup: the host is resolved exactly once per
   connection and never again by the socket layer. TLS SNI, certificate verification and
   the ``Host`` header still use the URL's hostname.

@@ -15,9 +15,9 @@ from typing import IO, Any
 import psycopg
 
 import outbox
-from delivery.runner import run_worker
-from delivery.settings import WorkerSettings
 from outbox import endpoints as ep
+from outbox.delivery.runner import run_worker
+from outbox.delivery.settings import WorkerSettings
 from tests.pg import SCHEMA
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -59,8 +59,8 @@ def run_until(cfg: WorkerSettings, done: Callable[[], bool], timeout: float = 30
     (held rows are handed back, a request still in flight records its retry)."""
 
     async def main() -> bool:
-        from delivery.sender import make_transport
-        from delivery.worker import Worker
+        from outbox.delivery.sender import make_transport
+        from outbox.delivery.worker import Worker
 
         async with make_transport() as transport:
             worker = Worker(cfg, transport)

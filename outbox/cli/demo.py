@@ -27,7 +27,7 @@ def demo(ctx: Context, events: int) -> None:
       outbox demo --events 20
     """
     try:
-        from delivery.demo import run_demo
+        from outbox.delivery.demo import run_demo
     except ImportError as exc:
         raise ConfigurationError(
             f"the demo needs the worker extra ({exc.name}): pip install 'outbox[worker]'"

@@ -165,11 +165,11 @@ async def _ping(ctx: Context, endpoint: ep.Endpoint, secrets: list[str]) -> dict
     try:
         import httpx
 
-        from delivery.jobs import Job
-        from delivery.request import build_headers
-        from delivery.runner import make_worker_transport
-        from delivery.sender import send
-        from delivery.settings import WorkerSettings
+        from outbox.delivery.jobs import Job
+        from outbox.delivery.request import build_headers
+        from outbox.delivery.runner import make_worker_transport
+        from outbox.delivery.sender import send
+        from outbox.delivery.settings import WorkerSettings
     except ImportError as exc:
         raise ConfigurationError(
             f"ping needs the worker extra ({exc.name}): pip install 'outbox[worker]'") from None

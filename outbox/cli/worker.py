@@ -37,8 +37,8 @@ def worker(ctx: Context, drain: bool, concurrency: int | None, log_level: str,
       outbox worker --drain          # deliver what is due now, then exit
     """
     try:
-        from delivery.runner import run_worker
-        from delivery.settings import WorkerSettings
+        from outbox.delivery.runner import run_worker
+        from outbox.delivery.settings import WorkerSettings
     except ImportError as exc:
         raise ConfigurationError(
             f"the worker needs extra packages ({exc.name}): pip install 'outbox[worker]'"
@@ -52,7 +52,7 @@ def worker(ctx: Context, drain: bool, concurrency: int | None, log_level: str,
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "settings"
         raise ConfigurationError(f"invalid worker setting {where}: {first['msg']}") from None
-    from delivery import logs
+    from outbox.delivery import logs
 
     logs.configure(log_format or settings.log_format, log_level)
     stats = asyncio.run(run_worker(settings, drain=drain, signals=(signal.SIGTERM,

@@ -6,8 +6,8 @@ import uuid
 
 import psycopg
 
-from delivery import queries
 from outbox.db import render
+from outbox.delivery import queries
 from tests.pg import SCHEMA
 from tests.workers import add_endpoint
 
@@ -38,8 +38,8 @@ def test_claim_plan_uses_the_partial_due_index(db_url: str) -> None:
 
 def test_completion_plan_finds_rows_by_primary_key(db_url: str) -> None:
     """Completion must not walk the due index: its cost would grow with the backlog."""
-    from delivery.jobs import Completion
-    from delivery.store import _completion_params
+    from outbox.delivery.jobs import Completion
+    from outbox.delivery.store import _completion_params
 
     endpoint = add_endpoint(db_url, "https://example.com/h")
     backlog = ("WITH ev AS (INSERT INTO outbox.events (id, type, payload)"

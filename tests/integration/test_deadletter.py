@@ -187,7 +187,7 @@ def test_replay_leaves_a_row_a_worker_is_delivering_alone(db_url: str,
                                                           dead_set: DeadSet) -> None:
     target = dead_set.a_user
     assert invoke(db_url, "replay", "--id", str(target)).exit_code == 0
-    token = uuid.uuid4()  # a worker claims it, as delivery.queries.CLAIM does
+    token = uuid.uuid4()  # a worker claims it, as outbox.delivery.queries.CLAIM does
     execute(db_url, f"UPDATE {SCHEMA}.deliveries SET attempts = attempts + 1,"
                     " lease_token = %s, visible_at = now() + interval '60 seconds'"
                     " WHERE id = %s", (token, target))

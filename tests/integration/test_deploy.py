@@ -42,8 +42,8 @@ from kubernetes_validate.utils import latest_version
 from pydantic import AliasChoices
 
 import outbox
-from delivery.settings import WorkerSettings
 from outbox import endpoints as ep
+from outbox.delivery.settings import WorkerSettings
 from outbox.signing import decode_secret
 from outbox.ssrf import parse_networks
 

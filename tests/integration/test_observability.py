@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator
 import psycopg
 import pytest
 
-from delivery.runner import run_worker
-from delivery.settings import WorkerSettings
+from outbox.delivery.runner import run_worker
+from outbox.delivery.settings import WorkerSettings
 from outbox.devdb import TempCluster
 from outbox.migrate import migrate
 from outbox.receiver import Behaviour, Receiver
@@ -54,9 +54,9 @@ def _with_worker(cfg: WorkerSettings, body: Callable[[], None]) -> None:
     stop = asyncio.Event()
 
     async def main() -> None:
-        from delivery import health
-        from delivery.runner import make_worker_transport
-        from delivery.worker import Worker
+        from outbox.delivery import health
+        from outbox.delivery.runner import make_worker_transport
+        from outbox.delivery.worker import Worker
 
         async with make_worker_transport(cfg) as transport:
             worker = Worker(cfg, transport)

@@ -25,7 +25,7 @@ import httpcore
 import httpx
 import pytest
 
-from delivery.pinning import GuardedTransport
+from outbox.delivery.pinning import GuardedTransport
 from outbox.ssrf import (
     BlockedAddress,
     IPAddress,

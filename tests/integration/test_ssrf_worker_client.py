@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from delivery.pinning import GuardedResolver
-from delivery.sender import make_client
+from outbox.delivery.pinning import GuardedResolver
+from outbox.delivery.sender import make_client
 from outbox.ssrf import BlockedAddress, IPNetwork, blocked_reason, parse_networks
 from tests.integration.test_ssrf_transport import EchoServer, Stub, _serve
 

@@ -6,9 +6,9 @@ import asyncio
 
 import httpx
 
-from delivery.outcome import AttemptResult, Verdict
-from delivery.pinning import GuardedResolver
-from delivery.sender import make_transport, send
+from outbox.delivery.outcome import AttemptResult, Verdict
+from outbox.delivery.pinning import GuardedResolver
+from outbox.delivery.sender import make_transport, send
 from outbox.receiver import Behaviour, Receiver
 from outbox.ssrf import parse_networks
 

@@ -8,9 +8,9 @@ import json
 import psycopg
 import pytest
 
-from delivery.jobs import Completion
-from delivery.store import Store
 from outbox import endpoints as ep
+from outbox.delivery.jobs import Completion
+from outbox.delivery.store import Store
 from outbox.receiver import Behaviour, Receiver
 from tests.workers import SECRET, add_endpoint, drain, emit, rows, run_until, settings, states
 

@@ -6,7 +6,7 @@ import time
 
 import psycopg
 
-from delivery.retention_task import prune_once
+from outbox.delivery.retention_task import prune_once
 from outbox.receiver import Receiver
 from tests.pg import SCHEMA
 from tests.workers import add_endpoint, drain, emit, rows, run_until, settings

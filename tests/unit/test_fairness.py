@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from delivery.fairness import EndpointGate
+from outbox.delivery.fairness import EndpointGate
 
 
 class Clock:
@@ -61,9 +61,9 @@ def test_success_resets_the_failure_count() -> None:
 def test_held_jobs_are_bounded_and_go_stale() -> None:
     import datetime as dt
 
-    from delivery.fairness import HeldJobs
-    from delivery.jobs import Job
-    from delivery.settings import WorkerSettings
+    from outbox.delivery.fairness import HeldJobs
+    from outbox.delivery.jobs import Job
+    from outbox.delivery.settings import WorkerSettings
 
     clock = Clock()
     cfg = WorkerSettings(endpoint_max_in_flight=2, lease_seconds=30, http_timeout_seconds=10)

@@ -11,7 +11,7 @@ import aiohttp
 import httpx
 import pytest
 
-from delivery.outcome import (
+from outbox.delivery.outcome import (
     AttemptResult,
     Verdict,
     classify_exception,

@@ -9,10 +9,10 @@ import uuid
 import pytest
 from pydantic import ValidationError
 
-from delivery.jobs import Job
-from delivery.outcome import AttemptResult, Verdict
-from delivery.policy import decide, park
-from delivery.settings import WorkerSettings
+from outbox.delivery.jobs import Job
+from outbox.delivery.outcome import AttemptResult, Verdict
+from outbox.delivery.policy import decide, park
+from outbox.delivery.settings import WorkerSettings
 
 
 def _job(attempt: int, **kw: object) -> Job:

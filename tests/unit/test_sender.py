@@ -14,8 +14,8 @@ import pytest
 import respx
 from httpx_aiohttp import AiohttpTransport
 
-from delivery.outcome import AttemptResult, Verdict
-from delivery.sender import DEFAULT_BODY_CAP, make_client, send
+from outbox.delivery.outcome import AttemptResult, Verdict
+from outbox.delivery.sender import DEFAULT_BODY_CAP, make_client, send
 
 URL = "https://receiver.example/hook"
 ELSEWHERE = "https://elsewhere.example/landing"
