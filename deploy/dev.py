@@ -3,16 +3,20 @@
 
     python3 deploy/dev.py demo    # emit events and deliver them to a local receiver
     python3 deploy/dev.py test    # the whole test suite (starts PostgreSQL if needed)
+    python3 deploy/dev.py test --fast   # the same without the tests marked slow
     python3 deploy/dev.py lint    # ruff, mypy --strict and the import-layer contracts
 
 It creates ./.venv on first use and reinstalls the project (with its dev extra) whenever
-pyproject.toml changes. Extra arguments go to the underlying command.
+pyproject.toml changes; `test` also installs the Debian tools the deploy/ tests run
+(promtool, systemd-analyze) when they are missing and apt-get is there. Extra arguments go
+to the underlying command.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -40,6 +44,24 @@ def ensure_venv() -> None:
     stamp.write_text(digest)
 
 
+# Debian packages the tests run a program of; a missing program fails its test, not skips it.
+TEST_TOOLS = {"promtool": "prometheus", "systemd-analyze": "systemd"}
+
+
+def ensure_test_tools() -> None:
+    """apt-get install the packages of TEST_TOOLS whose program is missing (as root only)."""
+    missing = sorted({pkg for prog, pkg in TEST_TOOLS.items() if shutil.which(prog) is None})
+    if not missing or shutil.which("apt-get") is None:
+        return
+    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
+    print(f"installing {', '.join(missing)} for the tests", file=sys.stderr)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = [*sudo, "apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]
+    if subprocess.run(install, env=env, stdout=subprocess.DEVNULL).returncode != 0:
+        subprocess.run([*sudo, "apt-get", "update", "-q"], env=env, stdout=subprocess.DEVNULL)
+        subprocess.run(install, env=env, stdout=subprocess.DEVNULL)
+
+
 def run(*argv: str) -> int:
     return subprocess.run(list(argv), cwd=ROOT).returncode
 
@@ -53,6 +75,9 @@ def main() -> int:
     if command == "demo":
         return run(str(BIN / "outbox"), "demo", *rest)
     if command == "test":
+        ensure_test_tools()
+        if "--fast" in rest:
+            rest = [a for a in rest if a != "--fast"] + ["-m", "not slow"]
         return run(str(BIN / "python"), "-m", "pytest", *rest)
     return (run(str(BIN / "ruff"), "check", ".")
             or run(str(BIN / "mypy"), "--strict")
