@@ -24,7 +24,7 @@ from bench.common import emit_json
 from bench.deliver import _lanes
 from bench.sink import Sink
 from outbox.delivery.outcome import Verdict
-from outbox.delivery.sender import make_client, make_transport, send
+from outbox.delivery.sender import make_transport, send
 
 BODY = b'{"type":"invoice.paid","data":{"id":"inv_000000000001","amount":4200,' + b'"x":"' + \
     b"y" * 120 + b'"}}'
@@ -32,6 +32,12 @@ BODY = b'{"type":"invoice.paid","data":{"id":"inv_000000000001","amount":4200,' 
 def _httpx_client(concurrency: int) -> httpx.AsyncClient:
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     return httpx.AsyncClient(limits=limits, trust_env=False)
+
+
+def _client_over_transport(concurrency: int) -> httpx.AsyncClient:
+    """httpx's client API over the worker's transport (what the worker skips)."""
+    return httpx.AsyncClient(transport=make_transport(max_connections=concurrency),
+                             trust_env=False, timeout=httpx.Timeout(15.0, connect=5.0))
 
 
 async def _run_httpx(url: str, n: int, concurrency: int, clients: list[httpx.AsyncClient]
@@ -86,7 +92,7 @@ def measure(n: int, concurrency: int) -> dict[str, dict[str, float]]:
         "httpx, one client per lane": lambda u: _run_httpx(
             u, n, concurrency, [_httpx_client(1) for _ in range(concurrency)]),
         "httpx client + httpx-aiohttp transport": lambda u: _run_httpx(
-            u, n, concurrency, [make_client(max_connections=concurrency)]),
+            u, n, concurrency, [_client_over_transport(concurrency)]),
         "httpx Request -> transport, no client (the worker's)": lambda u: _run_transport(
             u, n, concurrency),
         "the worker's, on uvloop": lambda u: _run_transport(u, n, concurrency),

@@ -1,41 +1,34 @@
 """Connection pinning: the socket goes to the address the SSRF guard checked, nothing else.
 
-Two forms, one per HTTP stack the worker can use:
-
-- :class:`GuardedResolver` for aiohttp (the worker's default transport): aiohttp connects
-  to exactly the addresses its resolver returns, so resolving-and-checking there pins the
-  connection. A host with any non-allowed address raises :class:`BlockedAddress`.
-- :class:`PinnedBackend` / :class:`GuardedTransport` for httpx's own httpcore pool: the
-  backend's ``connect_tcp`` resolves, checks and dials the checked IP literal.
-
-Either way there is one lookup per new connection (no DNS rebinding window), TLS SNI and
+:class:`GuardedResolver` is the resolver of the worker's aiohttp connector
+(:func:`outbox.delivery.sender.make_transport`). aiohttp connects to exactly the addresses
+its resolver returns, so resolving-and-checking there pins the connection: one lookup per
+new connection (no DNS rebinding window), and a host with any non-allowed address raises
+:class:`BlockedAddress`. IP-literal hosts, which aiohttp never hands to its resolver, are
+checked by :meth:`GuardedResolver.check_literal` before every request. TLS SNI and
 certificate checks use the URL's hostname, and no proxy is ever used.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
-import ssl
-import time
 from collections.abc import Iterable
 
 import aiohttp.abc
-import httpcore
 import httpx
 
 from outbox.ssrf import (
     BlockedAddress,
+    IPAddress,
     IPNetwork,
     ResolutionFailed,
     Resolver,
     check_address,
     ip_literal,
     resolve,
-    resolve_checked,
 )
-
-DEFAULT_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20)  # httpx's
 
 
 class GuardedResolver(aiohttp.abc.AbstractResolver):
@@ -71,94 +64,25 @@ class GuardedResolver(aiohttp.abc.AbstractResolver):
 
     async def check_literal(self, request: httpx.Request) -> None:
         """Refuse a blocked IP-literal host; the worker's transport calls this before every
-        request, since aiohttp never asks its resolver about ``http://10.0.0.1/``."""
-        ip = ip_literal(request.url.host)
+        request, since aiohttp never asks its resolver about ``http://10.0.0.1/``.
+
+        A numeric host such as ``127.1`` or ``2130706433`` is judged as the address
+        ``inet_aton`` makes of it: aiohttp takes any all-digits-and-dots host for an IP
+        literal and skips its resolver, and older aiohttp versions (the worker accepts 3.10
+        and later) then let the socket layer connect to that address.
+        """
+        host = request.url.host
+        ip = ip_literal(host) or _numeric_ipv4(host)
         if ip is not None:
             reason = check_address(ip, self._allow)
             if reason is not None:
-                raise BlockedAddress(request.url.host, ip, reason)
+                raise BlockedAddress(host, ip, reason)
 
 
-class PinnedBackend(httpcore.AsyncNetworkBackend):
-    """httpcore network backend that resolves, checks, then connects to the checked IP.
-
-    httpcore calls ``connect_tcp(origin_host, port)`` once per new connection and later
-    ``stream.start_tls(server_hostname=origin_host)``, so only the socket address changes.
-    Resolution shares the connect timeout; running out raises :class:`ResolutionFailed`.
-    """
-
-    def __init__(
-        self,
-        allow: Iterable[IPNetwork] = (),
-        *,
-        resolver: Resolver | None = None,
-        backend: httpcore.AsyncNetworkBackend | None = None,
-    ) -> None:
-        self._allow = tuple(allow)
-        self._resolver = resolver
-        self._backend = backend if backend is not None else httpcore.AnyIOBackend()
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        started = time.monotonic()
-        try:
-            async with asyncio.timeout(timeout):
-                ip = await resolve_checked(host, port, self._allow, resolver=self._resolver)
-        except TimeoutError as exc:
-            raise ResolutionFailed(host, f"timed out after {timeout}s") from exc
-        if timeout is not None:
-            timeout = max(timeout - (time.monotonic() - started), 0.0)
-        return await self._backend.connect_tcp(
-            str(ip),
-            port,
-            timeout=timeout,
-            local_address=local_address,
-            socket_options=socket_options,
-        )
-
-    async def sleep(self, seconds: float) -> None:
-        await self._backend.sleep(seconds)
-
-
-class GuardedTransport(httpx.AsyncHTTPTransport):
-    """``httpx.AsyncHTTPTransport`` whose every connection goes through :class:`PinnedBackend`.
-
-    No proxy and no unix socket can be configured. ``backend`` is the real network backend
-    (default ``httpcore.AnyIOBackend``), injectable for tests.
-    """
-
-    def __init__(
-        self,
-        allow: Iterable[IPNetwork] = (),
-        *,
-        resolver: Resolver | None = None,
-        backend: httpcore.AsyncNetworkBackend | None = None,
-        verify: ssl.SSLContext | bool = True,
-        http1: bool = True,
-        http2: bool = False,
-        limits: httpx.Limits = DEFAULT_LIMITS,
-        local_address: str | None = None,
-        retries: int = 0,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> None:
-        ssl_context = httpx.create_ssl_context(verify=verify)
-        super().__init__(verify=ssl_context)
-        # httpx 0.28 takes no network_backend: swap its default pool (unused) for ours.
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=ssl_context,
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            http1=http1,
-            http2=http2,
-            local_address=local_address,
-            retries=retries,
-            network_backend=PinnedBackend(allow, resolver=resolver, backend=backend),
-            socket_options=socket_options,
-        )
+def _numeric_ipv4(host: str) -> IPAddress | None:
+    if not host.replace(".", "").isdigit():
+        return None
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(host))
+    except (OSError, UnicodeError):
+        return None

@@ -26,7 +26,6 @@ import time
 from collections.abc import Mapping
 
 import aiohttp
-import aiohttp.abc
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
@@ -155,7 +154,10 @@ def make_transport(
     ``resolver``: aiohttp connects to exactly the addresses it returns (no second DNS
     lookup), and IP-literal hosts, which aiohttp never resolves, are checked before every
     request. There are no redirects and no cookies; httpx, not aiohttp, decodes content
-    encodings, so :func:`send`'s cap applies to decoded bytes.
+    encodings, so :func:`send`'s cap applies to decoded bytes. TLS uses aiohttp's default
+    context (SNI and certificate checks against the URL's host name), whose CA store is
+    read when aiohttp is imported: ``SSL_CERT_FILE`` names a bundle to trust instead (one
+    with a private CA, for internal receivers).
     """
 
     def session() -> aiohttp.ClientSession:
@@ -169,16 +171,3 @@ def make_transport(
 
     transport = AiohttpTransport(client=session, trust_env=False)
     return transport if resolver is None else _LiteralGuard(transport, resolver)
-
-
-def make_client(
-    *, max_connections: int = 100, resolver: GuardedResolver | None = None
-) -> httpx.AsyncClient:
-    """An ``httpx.AsyncClient`` over :func:`make_transport` (same guard, no redirects, no
-    environment proxies), for code that wants httpx's client API around it."""
-    return httpx.AsyncClient(
-        transport=make_transport(max_connections=max_connections, resolver=resolver),
-        trust_env=False,
-        follow_redirects=False,
-        timeout=httpx.Timeout(15.0, connect=5.0),
-    )

@@ -15,8 +15,10 @@ Guarantees:
 - A host is refused (:class:`BlockedAddress`) if ANY of its addresses is not public,
   unless that address (or the IPv4 address it embeds) lies in an explicitly allowed
   network (``OUTBOX_ALLOW_NETWORKS``, empty by default).
-- :class:`BlockedAddress` and :class:`ResolutionFailed` propagate out of
-  ``client.send``/``client.stream`` unwrapped; the sender classifies them.
+- The same check runs at registration (:func:`check_url_sync`) and on every new delivery
+  connection. :class:`BlockedAddress` and :class:`ResolutionFailed` reach the sender raised
+  or in the cause chain of the transport's error (:func:`blocked_reason` finds the
+  former); the sender classifies them.
 """
 
 from __future__ import annotations
@@ -203,35 +205,12 @@ async def resolve(host: str, port: int, *, resolver: Resolver | None = None) -> 
     return list(dict.fromkeys(addresses))
 
 
-async def resolve_checked(
-    host: str, port: int, allow: Sequence[IPNetwork], *, resolver: Resolver | None = None
-) -> IPAddress:
-    """Resolve once and return the first address; every address must pass the check.
-
-    Raises :class:`BlockedAddress` naming the first refused address (even if others are
-    public), or :class:`ResolutionFailed`.
-    """
-    return _first_allowed(host, await resolve(host, port, resolver=resolver), allow)
-
-
 def _first_allowed(host: str, addresses: list[IPAddress], allow: Sequence[IPNetwork]) -> IPAddress:
     for ip in addresses:
         reason = check_address(ip, allow)
         if reason is not None:
             raise BlockedAddress(host, ip, reason)
     return addresses[0]
-
-
-async def check_url(
-    url: str, allow: Sequence[IPNetwork], *, resolver: Resolver | None = None
-) -> None:
-    """Registration-time check of an endpoint URL (delivery checks again, per connection).
-
-    Raises :class:`~outbox.errors.InvalidEndpoint` if the URL is not http(s) with a host,
-    :class:`BlockedAddress` or :class:`ResolutionFailed`.
-    """
-    host, port = _host_port(url)
-    await resolve_checked(host, port, allow, resolver=resolver)
 
 
 def _host_port(url: str) -> tuple[str, int]:
@@ -291,13 +270,13 @@ def check_url_sync(
     resolver: SyncResolver | None = None,
     timeout: float = 5.0,
 ) -> IPAddress:
-    """:func:`check_url` without an event loop, for registration from sync code.
+    """Registration-time check of an endpoint URL (delivery checks again, per connection).
 
-    Same parsing, same single lookup and same per-address checks as :func:`check_url`;
-    returns the first address. The lookup runs in a daemon thread and is abandoned after
-    ``timeout`` seconds (``getaddrinfo`` itself cannot be cancelled), raising
-    :class:`ResolutionFailed`. Raises :class:`~outbox.errors.InvalidEndpoint` and
-    :class:`BlockedAddress` like :func:`check_url`.
+    One lookup; every address must pass :func:`check_address`; returns the first address.
+    The lookup runs in a daemon thread and is abandoned after ``timeout`` seconds
+    (``getaddrinfo`` itself cannot be cancelled), raising :class:`ResolutionFailed`.
+    Raises :class:`~outbox.errors.InvalidEndpoint` if the URL is not http(s) with a host,
+    and :class:`BlockedAddress` naming the first refused address (even if others are public).
     """
     host, port = _host_port(url)
     literal = ip_literal(host)

@@ -12,10 +12,9 @@ from email.utils import format_datetime
 import httpx
 import pytest
 import respx
-from httpx_aiohttp import AiohttpTransport
 
 from outbox.delivery.outcome import AttemptResult, Verdict
-from outbox.delivery.sender import DEFAULT_BODY_CAP, make_client, send
+from outbox.delivery.sender import DEFAULT_BODY_CAP, send
 
 URL = "https://receiver.example/hook"
 ELSEWHERE = "https://elsewhere.example/landing"
@@ -239,22 +238,3 @@ def test_cancellation_propagates() -> None:
     with respx.mock(assert_all_called=False) as router:
         router.post(URL).mock(side_effect=_never_answers)
         asyncio.run(scenario())
-
-
-def test_make_client_ignores_environment_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
-    monkeypatch.setenv("ALL_PROXY", "http://127.0.0.1:9")
-
-    async def check() -> None:
-        async with make_client(max_connections=7) as client:
-            assert client.trust_env is False
-            assert client.follow_redirects is False
-            assert client._mounts == {}
-            transport = client._transport
-            assert isinstance(transport, AiohttpTransport)
-            session = transport.get_client()
-            assert session.trust_env is False
-            assert session.connector is not None and session.connector.limit == 7
-            await session.close()
-
-    asyncio.run(check())
