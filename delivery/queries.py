@@ -9,6 +9,8 @@ from __future__ import annotations
 # the UPDATE finds its rows by primary key (= ANY of the claimed ids), and each claimed row
 # fetches its event and endpoint by primary key (LATERAL ... LIMIT 1 cannot be flattened
 # into a hash join), so the cost stays proportional to the claim, never to the tables.
+# Its columns are named after Job's fields (outbox.delivery.store.job_row matches them by
+# name and refuses a result that is not a Job); the secrets are opened in Python.
 CLAIM = """
 WITH due AS MATERIALIZED (
     SELECT id FROM {schema}.deliveries
@@ -22,12 +24,14 @@ claimed AS (
            attempts = d.attempts + 1,
            lease_token = %(token)s
      WHERE d.id = ANY (ARRAY(SELECT id FROM due))
-    RETURNING d.id, d.event_id, d.endpoint_id, d.attempts)
-SELECT c.id, c.attempts, c.event_id, ev.type, ev.payload::text, ev.created_at, ev.traceparent,
-       ep.id, ep.url, ep.enabled, ep.secret,
-       CASE WHEN ep.previous_secret_expires_at > now() THEN ep.previous_secret END,
+    RETURNING d.id, d.event_id, d.endpoint_id, d.attempts, d.lease_token)
+SELECT c.id AS delivery_id, c.attempts AS attempt, c.lease_token AS token, c.event_id,
+       ev.type AS event_type, ev.payload::text AS payload, ev.created_at AS emitted_at,
+       ep.id AS endpoint_id, ep.url, ep.enabled, ep.secret,
+       CASE WHEN ep.previous_secret_expires_at > now() THEN ep.previous_secret END
+           AS previous_secret,
        ep.headers, ep.max_attempts, ep.retry_base_seconds, ep.retry_cap_seconds,
-       ep.timeout_seconds, ep.max_in_flight
+       ep.timeout_seconds, ep.max_in_flight, ev.traceparent
   FROM claimed c
   CROSS JOIN LATERAL (SELECT * FROM {schema}.events e
                        WHERE e.id = c.event_id LIMIT 1) ev
@@ -108,7 +112,8 @@ VACUUM_QUEUE = "VACUUM (ANALYZE) {schema}.deliveries, {schema}.delivery_attempts
 
 # Due backlog and the age of its oldest row, for the gauges (and KEDA's scaler query).
 BACKLOG = """
-SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(visible_at)), 0)::float8
+SELECT count(*) AS due,
+       COALESCE(EXTRACT(EPOCH FROM now() - min(visible_at)), 0)::float8 AS oldest_seconds
   FROM {schema}.deliveries
  WHERE state = 'pending' AND visible_at <= now()
 """

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
-from psycopg.rows import dict_row
+from psycopg.rows import class_row, scalar_row
 
 from outbox import endpoints as ep
 from outbox import queries
@@ -141,6 +141,15 @@ class ReplayPlan:
 
 
 @dataclass(frozen=True, slots=True)
+class _Batch:
+    """What one REPLAY_BATCH statement did: its last id (0: none), picked and replayed."""
+
+    last_id: int
+    picked: int
+    replayed: int
+
+
+@dataclass(frozen=True, slots=True)
 class ReplayResult:
     """``replayed`` rows went back to pending; ``skipped`` were selected but no longer
     dead when their batch ran (replayed or pruned meanwhile)."""
@@ -171,31 +180,23 @@ def list_dead(
     if limit is not None and limit < 0:
         raise ValueError("limit must not be negative")
     params = {**selection.params(), "limit": limit}
-    with translated(), conn.cursor(row_factory=dict_row) as cur:
+    with translated(), conn.cursor(row_factory=class_row(DeadDelivery)) as cur:
         cur.execute(render(queries.DEAD_LIST, schema), params, prepare=False)
-        return [_dead(row) for row in cur.fetchall()]
-
-
-def _dead(row: dict[str, Any]) -> DeadDelivery:
-    return DeadDelivery(
-        id=row["id"], event_id=row["event_id"], event_type=row["type"],
-        endpoint_id=row["endpoint_id"], url=row["url"], attempts=row["attempts"],
-        last_status=row["last_status"], last_error=row["last_error"],
-        created_at=row["created_at"], finished_at=row["finished_at"],
-    )
+        return cur.fetchall()
 
 
 def show(conn: psycopg.Connection[Any], delivery_id: str | int, *, schema: str) -> DeliveryDetail:
     """One delivery (any state), its event and its attempt log; read-only."""
     did = parse_delivery_id(delivery_id)
-    with translated(), conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(render(queries.DELIVERY_GET, schema), (did,))
-        row = cur.fetchone()
-        if row is None:
+    with translated():
+        with conn.cursor(row_factory=class_row(DeliveryDetail)) as cur:
+            cur.execute(render(queries.DELIVERY_GET, schema), (did,))
+            detail = cur.fetchone()
+        if detail is None:
             raise DeliveryNotFound(f"no delivery {did}")
-        cur.execute(render(queries.DELIVERY_ATTEMPTS, schema), (did,))
-        log = [Attempt(**a) for a in cur.fetchall()]
-    return DeliveryDetail(**row, log=log)
+        with conn.cursor(row_factory=class_row(Attempt)) as attempts:
+            attempts.execute(render(queries.DELIVERY_ATTEMPTS, schema), (did,))
+            return replace(detail, log=attempts.fetchall())
 
 
 def plan_replay(
@@ -206,16 +207,15 @@ def plan_replay(
     Raises :class:`DeliveryNotFound` for an id in ``selection.ids`` that does not exist
     (ids that exist but are not dead are simply not selected).
     """
-    with translated(), conn.cursor() as cur:
-        if selection.ids:
-            cur.execute(render(queries.DELIVERY_STATES, schema), (list(selection.ids),))
-            found = {row[0] for row in cur.fetchall()}
-            missing = sorted(set(selection.ids) - found)
-            if missing:
-                raise DeliveryNotFound("no delivery " + ", ".join(map(str, missing)))
-        cur.execute(render(queries.DEAD_SUMMARY, schema), selection.params(), prepare=False)
-        shares = [EndpointShare(*row) for row in cur.fetchall()]
-    return ReplayPlan(shares)
+    if selection.ids:
+        with translated(), conn.cursor(row_factory=scalar_row) as ids:  # first column: id
+            ids.execute(render(queries.DELIVERY_STATES, schema), (list(selection.ids),))
+            missing = sorted(set(selection.ids) - set(ids.fetchall()))
+        if missing:
+            raise DeliveryNotFound("no delivery " + ", ".join(map(str, missing)))
+    with translated(), conn.cursor(row_factory=class_row(EndpointShare)) as shares:
+        shares.execute(render(queries.DEAD_SUMMARY, schema), selection.params(), prepare=False)
+        return ReplayPlan(shares.fetchall())
 
 
 def refusal(plan: ReplayPlan) -> str | None:
@@ -261,20 +261,16 @@ def replay(
     params = {**selection.params(), "limit": batch_size, "actor": actor, "after": 0}
     replayed = examined = batches = 0
     while True:
-        with translated(), conn.transaction(), conn.cursor() as cur:
+        with translated(), conn.transaction(), conn.cursor(row_factory=class_row(_Batch)) as cur:
             cur.execute(sql, params, prepare=False)
-            last_id, picked, done = _three(cur.fetchone())
-        if picked == 0:
+            batch = cur.fetchone()
+        assert batch is not None
+        if batch.picked == 0:
             break
         batches += 1
-        replayed += done
-        examined += picked
-        params["after"] = last_id
+        replayed += batch.replayed
+        examined += batch.picked
+        params["after"] = batch.last_id
         if progress is not None:
             progress(examined, max(plan.total, examined))
     return ReplayResult(replayed, examined - replayed, batches, enabled)
-
-
-def _three(row: Sequence[Any] | None) -> tuple[int, int, int]:
-    assert row is not None
-    return int(row[0] or 0), int(row[1]), int(row[2])

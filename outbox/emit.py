@@ -29,6 +29,7 @@ from typing import Any, cast
 
 import psycopg
 from psycopg.pq import TransactionStatus
+from psycopg.rows import class_row, scalar_row
 
 from outbox import queries
 from outbox.db import render, translated
@@ -48,6 +49,28 @@ class _Batch:
     params: dict[str, list[Any]]
     # position in the caller's list -> position in params (first event with that key)
     slots: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class _Subscriber:
+    """An enabled endpoint (SUBSCRIBERS) and the event types it takes (None: all)."""
+
+    id: uuid.UUID
+    event_types: list[str] | None
+
+
+@dataclass(frozen=True, slots=True)
+class _KeyOwner:
+    """The event holding an idempotency key (EVENT_ID_BY_IDEMPOTENCY_KEY)."""
+
+    idempotency_key: str
+    id: uuid.UUID
+
+
+# Every read runs on a cursor with its own row factory: the caller's connection may have
+# any row_factory (dict_row, ...), and what outbox reads must not depend on it.
+_SUBSCRIBER_ROW = class_row(_Subscriber)
+_KEY_OWNER_ROW = class_row(_KeyOwner)
 
 
 def _check_transaction(conn: AnyConnection) -> None:
@@ -101,11 +124,11 @@ def _plan_many(events: Iterable[Event], settings: Settings, schema: str) -> _Bat
     return batch
 
 
-def _fan_out(batch: _Batch, endpoints: Sequence[tuple[Any, ...]]) -> list[tuple[Any, Any]]:
+def _fan_out(batch: _Batch, endpoints: Sequence[_Subscriber]) -> list[tuple[Any, Any]]:
     """(event id, endpoint id) for every enabled endpoint subscribed to each event's type."""
     ids, types = batch.params["ids"], batch.params["types"]
-    return [(eid, ep_id) for eid, etype in zip(ids, types, strict=True)
-            for ep_id, subscribed in endpoints if subscribed is None or etype in subscribed]
+    return [(eid, ep.id) for eid, etype in zip(ids, types, strict=True)
+            for ep in endpoints if ep.event_types is None or etype in ep.event_types]
 
 
 def _copyable(batch: _Batch) -> bool:
@@ -113,7 +136,8 @@ def _copyable(batch: _Batch) -> bool:
 
 
 def _copy_many(conn: psycopg.Connection[Any], batch: _Batch, schema: str) -> list[uuid.UUID]:
-    endpoints = conn.execute(render(queries.SUBSCRIBERS, schema)).fetchall()
+    with conn.cursor(row_factory=_SUBSCRIBER_ROW) as cur:
+        endpoints = cur.execute(render(queries.SUBSCRIBERS, schema)).fetchall()
     p = batch.params
     with conn.cursor().copy(render(queries.COPY_EVENTS, schema)) as copy:
         copy.set_types(["uuid", "text", "text", "text", "text"])  # json's binary form: text
@@ -129,8 +153,8 @@ def _copy_many(conn: psycopg.Connection[Any], batch: _Batch, schema: str) -> lis
 
 async def _copy_many_async(conn: psycopg.AsyncConnection[Any], batch: _Batch, schema: str
                            ) -> list[uuid.UUID]:
-    cur = await conn.execute(render(queries.SUBSCRIBERS, schema))
-    endpoints = await cur.fetchall()
+    async with conn.cursor(row_factory=_SUBSCRIBER_ROW) as cur:
+        endpoints = await (await cur.execute(render(queries.SUBSCRIBERS, schema))).fetchall()
     p = batch.params
     async with conn.cursor().copy(render(queries.COPY_EVENTS, schema)) as copy:
         copy.set_types(["uuid", "text", "text", "text", "text"])  # json's binary form: text
@@ -142,6 +166,21 @@ async def _copy_many_async(conn: psycopg.AsyncConnection[Any], batch: _Batch, sc
         for pair in _fan_out(batch, endpoints):
             await copy.write_row(pair)
     return list(p["ids"])
+
+
+def _key_owners(conn: psycopg.Connection[Any], schema: str, keys: list[str]
+                ) -> dict[str, uuid.UUID]:
+    """Second look for keys another transaction committed during our statement."""
+    with conn.cursor(row_factory=_KEY_OWNER_ROW) as cur:
+        cur.execute(render(queries.EVENT_ID_BY_IDEMPOTENCY_KEY, schema), (keys,))
+        return {owner.idempotency_key: owner.id for owner in cur.fetchall()}
+
+
+async def _key_owners_async(conn: psycopg.AsyncConnection[Any], schema: str, keys: list[str]
+                            ) -> dict[str, uuid.UUID]:
+    async with conn.cursor(row_factory=_KEY_OWNER_ROW) as cur:
+        await cur.execute(render(queries.EVENT_ID_BY_IDEMPOTENCY_KEY, schema), (keys,))
+        return {owner.idempotency_key: owner.id for owner in await cur.fetchall()}
 
 
 def _missing_keys(batch: _Batch, ids: Sequence[uuid.UUID | None]) -> list[str]:
@@ -173,18 +212,17 @@ def emit(
     s, sch = _settings_schema(schema, settings)
     query, params, ev = _plan_one(event, s, sch)
     _check_transaction(conn)
-    with translated():
-        cur = conn.execute(query, params)
+    with translated(), conn.cursor(row_factory=scalar_row) as cur:
+        cur.execute(query, params)
         if ev.idempotency_key is None:
             return ev.id
-        row = cur.fetchone()
-        if row is None:  # another transaction committed that key during our statement
-            lookup = render(queries.EVENT_ID_BY_IDEMPOTENCY_KEY, sch)
-            row = conn.execute(lookup, ([ev.idempotency_key],)).fetchone()
-            row = None if row is None else (row[1],)
-    if row is None:
+        event_id = cur.fetchone()
+        if event_id is None:  # another transaction committed that key during our statement
+            key = ev.idempotency_key
+            event_id = _key_owners(conn, sch, [key]).get(key)
+    if event_id is None:
         raise OutboxError(f"idempotency key {ev.idempotency_key!r} vanished during emit")
-    return cast(uuid.UUID, row[0])
+    return cast(uuid.UUID, event_id)
 
 
 def emit_many(
@@ -211,15 +249,10 @@ def emit_many(
     if _copyable(batch):
         with translated():
             return _copy_many(conn, batch, sch)
-    with translated():
-        rows = conn.execute(batch.query, batch.params).fetchall()
-        ids: list[uuid.UUID | None] = [cast(uuid.UUID | None, r[1]) for r in rows]
-        found: dict[str, uuid.UUID] = {}
+    with translated(), conn.cursor(row_factory=scalar_row) as cur:
+        ids: list[uuid.UUID | None] = cur.execute(batch.query, batch.params).fetchall()
         missing = _missing_keys(batch, ids)
-        if missing:
-            lookup = render(queries.EVENT_ID_BY_IDEMPOTENCY_KEY, sch)
-            found = {str(k): cast(uuid.UUID, i) for k, i in conn.execute(
-                lookup, (missing,)).fetchall()}
+        found = _key_owners(conn, sch, missing) if missing else {}
     return _finish(batch, ids, found)
 
 
@@ -235,18 +268,17 @@ async def emit_async(
     query, params, ev = _plan_one(event, s, sch)
     _check_transaction(conn)
     with translated():
-        cur = await conn.execute(query, params)
-        if ev.idempotency_key is None:
-            return ev.id
-        row = await cur.fetchone()
-        if row is None:
-            lookup = render(queries.EVENT_ID_BY_IDEMPOTENCY_KEY, sch)
-            cur = await conn.execute(lookup, ([ev.idempotency_key],))
-            found = await cur.fetchone()
-            row = None if found is None else (found[1],)
-    if row is None:
+        async with conn.cursor(row_factory=scalar_row) as cur:
+            await cur.execute(query, params)
+            if ev.idempotency_key is None:
+                return ev.id
+            event_id = await cur.fetchone()
+        if event_id is None:
+            key = ev.idempotency_key
+            event_id = (await _key_owners_async(conn, sch, [key])).get(key)
+    if event_id is None:
         raise OutboxError(f"idempotency key {ev.idempotency_key!r} vanished during emit")
-    return cast(uuid.UUID, row[0])
+    return cast(uuid.UUID, event_id)
 
 
 async def emit_many_async(
@@ -266,12 +298,9 @@ async def emit_many_async(
         with translated():
             return await _copy_many_async(conn, batch, sch)
     with translated():
-        cur = await conn.execute(batch.query, batch.params)
-        ids: list[uuid.UUID | None] = [cast(uuid.UUID | None, r[1]) for r in await cur.fetchall()]
-        found: dict[str, uuid.UUID] = {}
+        async with conn.cursor(row_factory=scalar_row) as cur:
+            await cur.execute(batch.query, batch.params)
+            ids: list[uuid.UUID | None] = await cur.fetchall()
         missing = _missing_keys(batch, ids)
-        if missing:
-            lookup = render(queries.EVENT_ID_BY_IDEMPOTENCY_KEY, sch)
-            cur = await conn.execute(lookup, (missing,))
-            found = {str(k): cast(uuid.UUID, i) for k, i in await cur.fetchall()}
+        found = await _key_owners_async(conn, sch, missing) if missing else {}
     return _finish(batch, ids, found)

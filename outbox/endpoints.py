@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import class_row, tuple_row
 from psycopg.types.json import Jsonb
 
 from outbox import queries
@@ -164,8 +164,8 @@ def _validate_types(event_types: Sequence[str] | None) -> list[str] | None:
     return sorted(set(event_types))
 
 
-def _row_to_endpoint(row: dict[str, Any]) -> Endpoint:
-    return Endpoint(**row)
+# The ENDPOINT_* queries return queries._ENDPOINT_COLUMNS: Endpoint's fields, by name.
+_ENDPOINT_ROW = class_row(Endpoint)
 
 
 def add(
@@ -209,11 +209,11 @@ def add(
     decode_secret(the_secret)
     params["secret"] = _box(box).seal(the_secret)
     warnings = () if allow_networks is None else check_destination(url, allow_networks)
-    with translated(), conn.cursor(row_factory=dict_row) as cur:
+    with translated(), conn.cursor(row_factory=_ENDPOINT_ROW) as cur:
         cur.execute(render(queries.ENDPOINT_INSERT, schema), params)
         row = cur.fetchone()
     assert row is not None
-    return Created(_row_to_endpoint(row), the_secret if generated else None, warnings)
+    return Created(row, the_secret if generated else None, warnings)
 
 
 def _positive(name: str, value: float | None, upper: float | None = None) -> Any:
@@ -227,9 +227,9 @@ def _positive(name: str, value: float | None, upper: float | None = None) -> Any
 
 def list_all(conn: psycopg.Connection[Any], *, schema: str) -> list[Endpoint]:
     """Every endpoint, oldest first."""
-    with translated(), conn.cursor(row_factory=dict_row) as cur:
+    with translated(), conn.cursor(row_factory=_ENDPOINT_ROW) as cur:
         cur.execute(render(queries.ENDPOINT_LIST, schema))
-        return [_row_to_endpoint(r) for r in cur.fetchall()]
+        return cur.fetchall()
 
 
 def parse_id(endpoint_id: str | uuid.UUID) -> uuid.UUID:
@@ -245,12 +245,12 @@ def parse_id(endpoint_id: str | uuid.UUID) -> uuid.UUID:
 def get(conn: psycopg.Connection[Any], endpoint_id: str | uuid.UUID, *, schema: str) -> Endpoint:
     """One endpoint, or :class:`EndpointNotFound`."""
     eid = parse_id(endpoint_id)
-    with translated(), conn.cursor(row_factory=dict_row) as cur:
+    with translated(), conn.cursor(row_factory=_ENDPOINT_ROW) as cur:
         cur.execute(render(queries.ENDPOINT_GET, schema), (eid,))
         row = cur.fetchone()
     if row is None:
         raise EndpointNotFound(f"no endpoint {eid}")
-    return _row_to_endpoint(row)
+    return row
 
 
 def set_enabled(
@@ -265,12 +265,12 @@ def set_enabled(
     workers do not send their pending ones until re-enabled."""
     eid = parse_id(endpoint_id)
     params = {"id": eid, "enabled": enabled, "reason": None if enabled else (reason or "manual")}
-    with translated(), conn.cursor(row_factory=dict_row) as cur:
+    with translated(), conn.cursor(row_factory=_ENDPOINT_ROW) as cur:
         cur.execute(render(queries.ENDPOINT_SET_ENABLED, schema), params)
         row = cur.fetchone()
     if row is None:
         raise EndpointNotFound(f"no endpoint {eid}")
-    return _row_to_endpoint(row)
+    return row
 
 
 def update(
@@ -315,12 +315,12 @@ def update(
     warnings: tuple[str, ...] = ()
     if url is not None and allow_networks is not None:
         warnings = check_destination(url, allow_networks)
-    with translated(), conn.cursor(row_factory=dict_row) as cur:
+    with translated(), conn.cursor(row_factory=_ENDPOINT_ROW) as cur:
         cur.execute(render(queries.ENDPOINT_UPDATE, schema), params)
         row = cur.fetchone()
     if row is None:
         raise EndpointNotFound(f"no endpoint {eid}")
-    return Updated(_row_to_endpoint(row), warnings)
+    return Updated(row, warnings)
 
 
 def rotate_secret(
@@ -349,7 +349,7 @@ def rotate_secret(
     current = get(conn, eid, schema=schema)
     params = {"id": eid, "grace": grace.total_seconds(), "secret": _box(box).seal(new_secret),
               "force": force}
-    with translated(), conn.cursor(row_factory=dict_row) as cur:
+    with translated(), conn.cursor(row_factory=_ENDPOINT_ROW) as cur:
         cur.execute(render(queries.ENDPOINT_ROTATE_SECRET, schema), params)
         row = cur.fetchone()
     if row is None:
@@ -359,7 +359,7 @@ def rotate_secret(
             f"endpoint {eid} is still in a rotation: its previous secret signs until {when};"
             " rotating again now would stop it early (wait, or use --force)"
         )
-    return Rotated(_row_to_endpoint(row), new_secret)
+    return Rotated(row, new_secret)
 
 
 def signing_secrets(
@@ -369,7 +369,7 @@ def signing_secrets(
     """The secrets that sign a request to this endpoint now: current first, then the
     previous one while its grace runs. For sending (``ping``) only: never display them."""
     eid = parse_id(endpoint_id)
-    with translated(), conn.cursor() as cur:
+    with translated(), conn.cursor(row_factory=tuple_row) as cur:  # (current, previous)
         cur.execute(render(queries.ENDPOINT_SIGNING_SECRETS, schema), (eid,))
         row = cur.fetchone()
     if row is None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 import psycopg
+from psycopg.rows import class_row
 
 from outbox import queries
 from outbox.db import render, translated
@@ -35,6 +36,15 @@ class Migration:
     @property
     def checksum(self) -> str:
         return hashlib.sha256(self.sql.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class _Applied:
+    """A ``schema_migrations`` row (MIGRATIONS_APPLIED)."""
+
+    version: int
+    name: str
+    checksum: str
 
 
 def available() -> list[Migration]:
@@ -80,8 +90,9 @@ def migrate(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> list[M
         conn.execute(queries.MIGRATION_LOCK, (schema,))
         conn.execute(render(queries.CREATE_SCHEMA, schema))
         conn.execute(render(queries.MIGRATIONS_TABLE, schema))
-        rows = conn.execute(render(queries.MIGRATIONS_APPLIED, schema)).fetchall()
-        applied = {int(str(v)): str(c) for v, _n, c in rows}
+        with conn.cursor(row_factory=class_row(_Applied)) as cur:
+            cur.execute(render(queries.MIGRATIONS_APPLIED, schema))
+            applied = {a.version: a.checksum for a in cur.fetchall()}
         pending: list[Migration] = []
         for m in available():
             if m.version in applied:

@@ -39,7 +39,7 @@ SELECT id FROM {schema}.events
  WHERE idempotency_key = %(ikey)s AND NOT EXISTS (SELECT 1 FROM ins)
 """
 
-# Bulk: arrays in, one round trip; returns (ordinal, id) for every input row.
+# Bulk: arrays in, one round trip; returns the event id of every input row, in input order.
 EMIT_MANY = """
 WITH input AS (
     SELECT * FROM unnest(%(ids)s::uuid[], %(types)s::text[], %(payloads)s::text[],
@@ -51,7 +51,7 @@ ins AS (
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, type),
 fan AS (""" + _FAN_OUT + """)
-SELECT input.ord, COALESCE(ins.id, old.id)
+SELECT COALESCE(ins.id, old.id) AS id
   FROM input
   LEFT JOIN ins ON ins.id = input.id
   LEFT JOIN {schema}.events old ON ins.id IS NULL AND old.idempotency_key = input.ikey
@@ -60,7 +60,7 @@ SELECT input.ord, COALESCE(ins.id, old.id)
 
 # Bulk without idempotency keys: binary COPY of events and of their fan-out, computed from
 # the enabled endpoints read in the same transaction (about 1.7x the INSERT ... unnest rate).
-SUBSCRIBERS = "SELECT id, event_types FROM {schema}.endpoints WHERE enabled"
+SUBSCRIBERS = "SELECT id, event_types FROM {schema}.endpoints WHERE enabled"  # emit._Subscriber
 COPY_EVENTS = """
 COPY {schema}.events (id, type, payload, key, traceparent) FROM STDIN (FORMAT BINARY)
 """
@@ -176,8 +176,8 @@ _DEAD_SELECTION = """
 
 DEAD_LIST = (
     """
-SELECT d.id, d.event_id, ev.type, d.endpoint_id, ep.url, d.attempts, d.last_status,
-       d.last_error, d.created_at, d.finished_at
+SELECT d.id, d.event_id, ev.type AS event_type, d.endpoint_id, ep.url, d.attempts,
+       d.last_status, d.last_error, d.created_at, d.finished_at
   FROM {schema}.deliveries d
   LEFT JOIN {schema}.events ev ON ev.id = d.event_id
   LEFT JOIN {schema}.endpoints ep ON ep.id = d.endpoint_id
@@ -192,7 +192,8 @@ SELECT d.id, d.event_id, ev.type, d.endpoint_id, ep.url, d.attempts, d.last_stat
 # What a replay would touch, per endpoint (dry-run output and the disabled-endpoint check).
 DEAD_SUMMARY = (
     """
-SELECT d.endpoint_id, ep.url, COALESCE(ep.enabled, false), ep.disabled_reason, count(*)
+SELECT d.endpoint_id, ep.url, COALESCE(ep.enabled, false) AS enabled, ep.disabled_reason,
+       count(*) AS count
   FROM {schema}.deliveries d
   LEFT JOIN {schema}.endpoints ep ON ep.id = d.endpoint_id
  WHERE"""
@@ -239,8 +240,8 @@ logged AS (
                   COALESCE(last_error, '-')),
            %(actor)s
       FROM replayed)
-SELECT (SELECT max(id) FROM picked), (SELECT count(*) FROM picked),
-       (SELECT count(*) FROM replayed)
+SELECT COALESCE((SELECT max(id) FROM picked), 0) AS last_id,
+       (SELECT count(*) FROM picked) AS picked, (SELECT count(*) FROM replayed) AS replayed
 """
 )
 
@@ -288,11 +289,12 @@ recent AS (
       FROM {schema}.deliveries
      WHERE state <> 'pending' AND finished_at > now() - interval '1 hour'
      GROUP BY endpoint_id)
-SELECT ep.id, ep.url, ep.enabled,
-       COALESCE(b.pending, 0), COALESCE(b.due, 0), COALESCE(b.in_flight, 0),
-       COALESCE(r.delivered, 0), COALESCE(r.dead, 0),
-       extract(epoch FROM now() - b.oldest_due)::float8,
-       COALESCE(b.retry_error, last_dead.last_error)
+SELECT ep.id AS endpoint_id, ep.url, ep.enabled,
+       COALESCE(b.pending, 0) AS pending, COALESCE(b.due, 0) AS due,
+       COALESCE(b.in_flight, 0) AS in_flight, COALESCE(r.delivered, 0) AS delivered_1h,
+       COALESCE(r.dead, 0) AS dead_1h,
+       extract(epoch FROM now() - b.oldest_due)::float8 AS oldest_due_seconds,
+       COALESCE(b.retry_error, last_dead.last_error) AS last_error
   FROM {schema}.endpoints ep
   LEFT JOIN backlog b ON b.endpoint_id = ep.id
   LEFT JOIN recent r ON r.endpoint_id = ep.id
@@ -305,9 +307,10 @@ SELECT ep.id, ep.url, ep.enabled,
 
 # For alerts and autoscalers: how many deliveries are due and how late the oldest one is.
 # Both read only the deliveries_due partial index (its size follows the backlog); the
-# age is its first entry.
+# age is its first entry (NULL when nothing is due; never negative: visible_at <= now()).
 STATS_DUE = """
-SELECT count(*), extract(epoch FROM now() - min(visible_at))::float8
+SELECT count(*) AS due,
+       extract(epoch FROM now() - min(visible_at))::float8 AS oldest_due_seconds
   FROM {schema}.deliveries
  WHERE state = 'pending' AND visible_at <= now()
 """
@@ -336,7 +339,7 @@ gone AS (
 log AS (
     DELETE FROM {schema}.delivery_attempts a USING gone
      WHERE a.delivery_id = gone.id RETURNING 1)
-SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM log)
+SELECT (SELECT count(*) FROM gone) AS deliveries, (SELECT count(*) FROM log) AS attempts
 """
 
 # Events are found by primary-key range: ids are UUIDv7, so every id below `bound` (the
@@ -354,8 +357,8 @@ gone AS (
      WHERE e.id = picked.id AND e.created_at < %(cutoff)s
        AND NOT EXISTS (SELECT 1 FROM {schema}.deliveries d WHERE d.event_id = e.id)
     RETURNING e.id)
-SELECT (SELECT id FROM picked ORDER BY id DESC LIMIT 1), (SELECT count(*) FROM picked),
-       (SELECT count(*) FROM gone)
+SELECT (SELECT id FROM picked ORDER BY id DESC LIMIT 1) AS last_id,
+       (SELECT count(*) FROM picked) AS picked, (SELECT count(*) FROM gone) AS deleted
 """
 
 # Key rotation: every stored secret, re-sealed with the current key, one transaction.

@@ -31,6 +31,7 @@ from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
+from psycopg.rows import class_row, scalar_row
 
 from outbox import queries
 from outbox.db import render, translated
@@ -49,6 +50,27 @@ class PruneResult:
     deliveries: int
     attempts: int
     events: int
+
+
+@dataclass(frozen=True, slots=True)
+class _DeliveriesBatch:
+    """One PRUNE_DELIVERIES_BATCH: deliveries and attempt-log rows deleted."""
+
+    deliveries: int
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class _EventsBatch:
+    """One PRUNE_EVENTS_BATCH: the last id examined (None: none left), examined, deleted."""
+
+    last_id: uuid.UUID | None
+    picked: int
+    deleted: int
+
+
+_DELIVERIES_ROW = class_row(_DeliveriesBatch)
+_EVENTS_ROW = class_row(_EventsBatch)
 
 
 def uuid7_floor(when: dt.datetime) -> uuid.UUID:
@@ -75,10 +97,10 @@ def prune(
         raise ValueError("older_than must not be negative")
     if conn.info.transaction_status != TransactionStatus.IDLE:
         raise OperationRefused("prune commits batch by batch: run it outside a transaction")
-    with translated(), conn.transaction():
-        row = conn.execute(queries.PRUNE_CUTOFF, (older_than.total_seconds(),)).fetchone()
-    assert row is not None
-    cutoff: dt.datetime = row[0]
+    with translated(), conn.transaction(), conn.cursor(row_factory=scalar_row) as cur:
+        cutoff: dt.datetime | None = cur.execute(
+            queries.PRUNE_CUTOFF, (older_than.total_seconds(),)).fetchone()
+    assert cutoff is not None
     states = ["delivered", "dead"] if dead_too else ["delivered"]
     deliveries, attempts = _prune_deliveries(conn, schema, cutoff, states, batch_size, progress)
     events = _prune_events(conn, schema, cutoff, batch_size, progress)
@@ -90,19 +112,18 @@ def _prune_deliveries(
     batch_size: int, progress: PruneProgress | None,
 ) -> tuple[int, int]:
     params = {"states": states, "cutoff": cutoff, "limit": batch_size}
-    with translated(), conn.transaction():
-        row = conn.execute(render(queries.PRUNE_COUNT, schema), params).fetchone()
-    total = int(row[0]) if row else 0
+    with translated(), conn.transaction(), conn.cursor(row_factory=scalar_row) as cur:
+        total = int(cur.execute(render(queries.PRUNE_COUNT, schema), params).fetchone() or 0)
     sql = render(queries.PRUNE_DELIVERIES_BATCH, schema)
     deliveries = attempts = 0
     while True:
-        with translated(), conn.transaction():
-            row = conn.execute(sql, params).fetchone()
-        assert row is not None
-        if not row[0]:
+        with translated(), conn.transaction(), conn.cursor(row_factory=_DELIVERIES_ROW) as cur:
+            batch = cur.execute(sql, params).fetchone()
+        assert batch is not None
+        if not batch.deliveries:
             return deliveries, attempts
-        deliveries += int(row[0])
-        attempts += int(row[1])
+        deliveries += batch.deliveries
+        attempts += batch.attempts
         if progress is not None:
             progress("deliveries", deliveries, max(total, deliveries))
 
@@ -116,14 +137,13 @@ def _prune_events(
     sql = render(queries.PRUNE_EVENTS_BATCH, schema)
     examined = deleted = 0
     while True:
-        with translated(), conn.transaction():
-            row = conn.execute(sql, params).fetchone()
-        assert row is not None
-        last, picked, gone = row
-        if not picked:
+        with translated(), conn.transaction(), conn.cursor(row_factory=_EVENTS_ROW) as cur:
+            batch = cur.execute(sql, params).fetchone()
+        assert batch is not None
+        if not batch.picked:
             return deleted
-        examined += int(picked)
-        deleted += int(gone)
-        params["after"] = last
+        examined += batch.picked
+        deleted += batch.deleted
+        params["after"] = batch.last_id
         if progress is not None:
             progress("events", examined, None)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg.rows import class_row
 
 from outbox import queries
 from outbox.db import render, translated
@@ -57,15 +58,15 @@ class DueSummary:
 
 def by_endpoint(conn: psycopg.Connection[Any], *, schema: str) -> list[EndpointStats]:
     """Every endpoint's figures, oldest endpoint first (see the module doc for cost)."""
-    with translated(), conn.cursor() as cur:
+    with translated(), conn.cursor(row_factory=class_row(EndpointStats)) as cur:
         cur.execute(render(queries.STATS_BY_ENDPOINT, schema))
-        return [EndpointStats(*row) for row in cur.fetchall()]
+        return cur.fetchall()
 
 
 def due_summary(conn: psycopg.Connection[Any], *, schema: str) -> DueSummary:
     """Due count and oldest due age from the ``deliveries_due`` index alone."""
-    with translated(), conn.cursor() as cur:
+    with translated(), conn.cursor(row_factory=class_row(DueSummary)) as cur:
         cur.execute(render(queries.STATS_DUE, schema))
-        row = cur.fetchone()
-    assert row is not None
-    return DueSummary(int(row[0]), None if row[1] is None else max(float(row[1]), 0.0))
+        summary = cur.fetchone()
+    assert summary is not None
+    return summary

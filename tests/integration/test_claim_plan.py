@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import psycopg
+import pytest
 
 from outbox.db import render
 from outbox.delivery import queries
 from tests.pg import SCHEMA
-from tests.workers import add_endpoint
+from tests.workers import SECRET, add_endpoint, emit
 
 
 def test_claim_plan_uses_the_partial_due_index(db_url: str) -> None:
@@ -60,3 +62,27 @@ def test_completion_plan_finds_rows_by_primary_key(db_url: str) -> None:
                 ("EXPLAIN " + complete).encode(), _completion_params(done, "w")))
     assert "Index Scan using deliveries_pkey on deliveries d" in plan, plan
     assert "deliveries_due" not in plan, plan
+
+
+def test_claim_rows_are_jobs_by_name(db_url: str) -> None:
+    """The claim's columns are Job's fields; job_row refuses a result that is not a Job."""
+    from outbox.delivery.jobs import Job
+    from outbox.delivery.store import job_row
+    from outbox.secretbox import SecretBox
+
+    endpoint = add_endpoint(db_url, "https://example.com/h", headers={"X-Team": "billing"})
+    (event,) = emit(db_url, 1, "x")
+
+    async def claim(sql: str, params: dict[str, object]) -> list[Job]:
+        async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as ac:
+            cur = ac.cursor(row_factory=job_row(SecretBox()))
+            return await (await cur.execute(sql.encode(), params)).fetchall()
+
+    token = uuid.uuid4()
+    params: dict[str, object] = {"limit": 10, "lease": 30.0, "token": token}
+    (job,) = asyncio.run(claim(render(queries.CLAIM, SCHEMA), params))
+    assert (job.token, job.attempt, job.event_id, job.event_type, job.endpoint_id) == (
+        token, 1, event, "x", endpoint)
+    assert (job.secret, job.previous_secret, job.headers) == (SECRET, None, {"X-Team": "billing"})
+    with pytest.raises(TypeError, match="not Job's fields"):
+        asyncio.run(claim("SELECT 1 AS delivery_id, 2 AS attempts", {}))

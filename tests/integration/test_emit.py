@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg.pq import TransactionStatus
+from psycopg.rows import dict_row
 
 import outbox
 from outbox import Event, InvalidEvent, NotInTransaction, SchemaMissing, Settings
@@ -239,3 +240,31 @@ def test_emit_many_fan_out_follows_subscriptions(db_url: str) -> None:
         expected += [(ids[0], every), (ids[0], paid), (ids[1], every)]
     assert sorted(got) == sorted(expected)
     assert payloads == [('{"n":1}',), ('{"n":2}',)] * 2
+
+
+def test_the_callers_row_factory_changes_nothing(db_url: str) -> None:
+    """outbox reads with its own row factories: a dict_row connection emits the same."""
+    paid = _endpoint(db_url, ["invoice.paid"])
+    keyed = [Event("invoice.paid", {"n": 1}, idempotency_key="k1"), Event("invoice.paid", {})]
+    plain = [Event("invoice.paid", {"n": 2}), Event("order.shipped", {"n": 3})]
+
+    async def via_async() -> list[uuid.UUID]:
+        async with await psycopg.AsyncConnection.connect(db_url, row_factory=dict_row) as ac:
+            one = await outbox.emit_async(ac, Event("invoice.paid", {}, idempotency_key="k2"))
+            again = await outbox.emit_async(ac, Event("invoice.paid", {}, idempotency_key="k2"))
+            assert again == one
+            ids = await outbox.emit_many_async(ac, keyed) + await outbox.emit_many_async(ac, plain)
+            await ac.commit()
+            return [one, *ids]
+
+    with psycopg.connect(db_url, row_factory=dict_row) as dc:
+        one = outbox.emit(dc, Event("invoice.paid", {}, idempotency_key="k3"))
+        assert outbox.emit(dc, Event("invoice.paid", {}, idempotency_key="k3")) == one
+        sync_ids = [one, *outbox.emit_many(dc, keyed), *outbox.emit_many(dc, plain)]
+        dc.commit()
+    async_ids = asyncio.run(via_async())
+    assert async_ids[1] == sync_ids[1]  # key k1: the event the sync batch inserted
+    with psycopg.connect(db_url) as c:
+        got = c.execute("SELECT event_id, endpoint_id FROM outbox.deliveries").fetchall()
+    expected = {(i, paid) for i in sync_ids[:4] + async_ids[:4]}  # order.shipped: no one
+    assert sorted(got) == sorted(expected)
