@@ -1,8 +1,17 @@
-"""The HTTP request for one delivery: body bytes and signed headers."""
+"""The HTTP request for one delivery: body bytes, signed headers, timeouts, and the send.
+
+:func:`send_job` is the one way a request leaves for an endpoint: the worker's delivery
+loop and ``outbox endpoints ping`` both call it, so they sign, time out and classify alike.
+"""
 
 from __future__ import annotations
 
+import httpx
+
 from outbox.delivery.jobs import Job
+from outbox.delivery.outcome import AttemptResult
+from outbox.delivery.sender import send
+from outbox.delivery.settings import WorkerSettings
 from outbox.signing import webhook_headers
 
 
@@ -20,3 +29,21 @@ def build_headers(job: Job, body: bytes, *, user_agent: str, timestamp: int) -> 
     if job.traceparent:
         headers["traceparent"] = job.traceparent
     return headers
+
+
+async def send_job(transport: httpx.AsyncBaseTransport, job: Job, settings: WorkerSettings,
+                   *, timestamp: int) -> AttemptResult:
+    """POST ``job.payload`` to ``job.url`` once through ``transport`` and classify the answer.
+
+    Headers are :func:`build_headers` signed at ``timestamp`` (unix seconds); the total
+    timeout is the endpoint's own (``job.timeout_seconds``) or the default, kept below the
+    lease (:meth:`WorkerSettings.endpoint_timeout`); connecting gets at most
+    ``connect_timeout_seconds`` of it; at most ``response_body_cap`` bytes of the answer are
+    kept. Never raises for a network or HTTP failure (see :func:`~.sender.send`).
+    """
+    body = job.payload.encode()
+    headers = build_headers(job, body, user_agent=settings.user_agent, timestamp=timestamp)
+    total = settings.endpoint_timeout(job.timeout_seconds)
+    timeout = httpx.Timeout(total, connect=min(total, settings.connect_timeout_seconds))
+    return await send(transport, job.url, body, headers, timeout=timeout, total_timeout=total,
+                      body_cap=settings.response_body_cap)

@@ -33,9 +33,8 @@ from outbox.delivery.jobs import Completion, Job
 from outbox.delivery.metrics import Metrics
 from outbox.delivery.outcome import Verdict
 from outbox.delivery.policy import decide, defer, park
-from outbox.delivery.request import build_headers
+from outbox.delivery.request import send_job
 from outbox.delivery.retention_task import prune_loop
-from outbox.delivery.sender import send
 from outbox.delivery.settings import WorkerSettings
 from outbox.delivery.store import Store
 from outbox.errors import OutboxError
@@ -208,13 +207,7 @@ class Worker:
 
     async def _attempt(self, job: Job) -> bool:
         """Send one delivery and queue its completion; True if the endpoint failed."""
-        body = job.payload.encode()
-        headers = build_headers(job, body, user_agent=self.settings.user_agent,
-                                timestamp=int(time.time()))
-        total = self.settings.endpoint_timeout(job.timeout_seconds)
-        timeout = httpx.Timeout(total, connect=min(total, self.settings.connect_timeout_seconds))
-        result = await send(self.transport, job.url, body, headers, timeout=timeout,
-                            total_timeout=total, body_cap=self.settings.response_body_cap)
+        result = await send_job(self.transport, job, self.settings, timestamp=int(time.time()))
         done = decide(job, result, self.settings)
         self.metrics.attempted(job, done)
         # delivered at DEBUG: one line per success costs ~7% of a worker's CPU (bench/)

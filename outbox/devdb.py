@@ -21,6 +21,7 @@ from pathlib import Path
 
 import psycopg
 
+from outbox.errors import ConfigurationError
 from outbox.settings import mask_url
 
 LOCAL_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -110,3 +111,14 @@ def find_or_start(url: str | None = None) -> str:
     if reachable(LOCAL_URL) or _start_debian_cluster():
         return LOCAL_URL
     return TempCluster().url
+
+
+def for_demo(url: str | None = None) -> str:
+    """:func:`find_or_start` with ``url``, else ``$OUTBOX_DATABASE_URL``, else
+    ``$DATABASE_URL``; a configured URL that does not answer is a
+    :class:`~outbox.errors.ConfigurationError` (nothing is started in its place)."""
+    url = url or os.environ.get("OUTBOX_DATABASE_URL") or os.environ.get("DATABASE_URL")
+    try:
+        return find_or_start(url)
+    except RuntimeError as exc:
+        raise ConfigurationError(str(exc)) from None

@@ -30,9 +30,7 @@ class Context:
         try:
             return Settings(**self.overrides)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise ConfigurationError(f"invalid setting {where}: {first['msg']}") from None
+            raise invalid_settings(exc, "setting") from None
 
     @property
     def schema(self) -> str:
@@ -45,6 +43,13 @@ class Context:
     def allow_networks(self) -> tuple[IPNetwork, ...]:
         """``OUTBOX_ALLOW_NETWORKS``: what the registration-time SSRF check lets through."""
         return parse_networks(self.settings().allow_networks)
+
+
+def invalid_settings(exc: ValidationError, what: str) -> ConfigurationError:
+    """The first problem of ``exc`` as ``invalid WHAT NAME: why``."""
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "settings"
+    return ConfigurationError(f"invalid {what} {where}: {first['msg']}")
 
 
 pass_ctx = click.make_pass_decorator(Context)

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import os
-
 import click
 
 from outbox import devdb
-from outbox.cli import Context, cli, pass_ctx
-from outbox.errors import ConfigurationError
+from outbox.cli import Context, cli, pass_ctx, worker_seam
 
 
 @cli.command()
@@ -26,17 +23,7 @@ def demo(ctx: Context, events: int) -> None:
     Example:
       outbox demo --events 20
     """
-    try:
-        from outbox.delivery.demo import run_demo
-    except ImportError as exc:
-        raise ConfigurationError(
-            f"the demo needs the worker extra ({exc.name}): pip install 'outbox[worker]'"
-        ) from None
-    url = (ctx.overrides.get("database_url") or os.environ.get("OUTBOX_DATABASE_URL")
-           or os.environ.get("DATABASE_URL"))
-    try:
-        url = devdb.find_or_start(url)
-    except RuntimeError as exc:
-        raise ConfigurationError(str(exc)) from None
+    run_demo = worker_seam.demo_runner()
+    url = devdb.for_demo(ctx.overrides.get("database_url"))
     click.echo(f"PostgreSQL: {url}")
     run_demo(url, ctx.overrides.get("schema_name", "outbox_demo"), events)

@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
-import ipaddress
 import json
-import uuid
 from typing import Any
-from urllib.parse import urlsplit
 
 import click
-from pydantic import ValidationError
 
 from outbox import endpoints as ep
-from outbox.cli import Context, Failed, pass_ctx
+from outbox.cli import Context, Failed, pass_ctx, worker_seam
 from outbox.cli.endpoints import endpoint_json, endpoints, parse_headers, print_warnings
 from outbox.cli.output import cut, echo_json, when
 from outbox.cli.params import Duration, delivery_options
-from outbox.errors import ConfigurationError
-from outbox.event import new_id
-from outbox.ssrf import BlockedAddress, IPNetwork, check_url_sync, parse_networks
-
-PING_TYPE = "outbox.ping"
 
 
 @endpoints.command("update")
@@ -133,73 +123,15 @@ def ping(ctx: Context, endpoint_id: str, as_json: bool) -> None:
     with ctx.connect() as conn:
         endpoint = ep.get(conn, endpoint_id, schema=ctx.schema)
         secrets = ep.signing_secrets(conn, endpoint.id, schema=ctx.schema)
-    outcome = asyncio.run(_ping(ctx, endpoint, secrets))
+    result = worker_seam.ping(ctx.overrides, endpoint, secrets)
     if as_json:
-        echo_json(outcome)
+        echo_json(result)
     else:
-        click.echo(f"{endpoint.url}: {outcome['status'] or 'no answer'} in "
-                   f"{outcome['duration_ms']:.0f} ms ({outcome['verdict']})")
-        click.echo(f"webhook-id: {outcome['webhook_id']}")
-        if outcome["error"]:
-            click.echo(f"error:      {outcome['error']}")
-        click.echo(f"response:   {cut(outcome['response'], 300)}")
-    if outcome["verdict"] != "delivered":
-        raise Failed(f"ping to {endpoint.url} failed: {outcome['error']}")
-
-
-def _check_literal(url: str, allow: tuple[IPNetwork, ...]) -> None:
-    """Refuse an IP-literal URL outside ``allow`` before sending: the worker's aiohttp
-    transport does not pass literal hosts through its guarded resolver (names it does)."""
-    host = urlsplit(url).hostname or ""
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return  # a name: the guarded resolver checks and pins it
-    try:
-        check_url_sync(url, allow)
-    except BlockedAddress as exc:
-        raise Failed(f"ping to {url} refused: {exc}") from None
-
-
-async def _ping(ctx: Context, endpoint: ep.Endpoint, secrets: list[str]) -> dict[str, Any]:
-    try:
-        import httpx
-
-        from outbox.delivery.jobs import Job
-        from outbox.delivery.request import build_headers
-        from outbox.delivery.runner import make_worker_transport
-        from outbox.delivery.sender import send
-        from outbox.delivery.settings import WorkerSettings
-    except ImportError as exc:
-        raise ConfigurationError(
-            f"ping needs the worker extra ({exc.name}): pip install 'outbox[worker]'") from None
-    try:
-        settings = WorkerSettings(**ctx.overrides)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "settings"
-        raise ConfigurationError(f"invalid worker setting {where}: {first['msg']}") from None
-    now = dt.datetime.now(dt.UTC)
-    event_id = new_id()
-    body = json.dumps({"type": PING_TYPE, "timestamp": now.isoformat(timespec="seconds"),
-                       "data": {"endpoint_id": str(endpoint.id)}}, separators=(",", ":"))
-    job = Job(
-        delivery_id=0, attempt=1, token=uuid.uuid4(), event_id=event_id, event_type=PING_TYPE,
-        payload=body, emitted_at=now, endpoint_id=endpoint.id, url=endpoint.url,
-        enabled=endpoint.enabled, secret=secrets[0],
-        previous_secret=secrets[1] if len(secrets) > 1 else None, headers=endpoint.headers,
-        max_attempts=1, retry_base_seconds=None, retry_cap_seconds=None,
-        timeout_seconds=endpoint.timeout_seconds,
-    )
-    _check_literal(endpoint.url, parse_networks(settings.allow_networks))
-    raw = body.encode()
-    headers = build_headers(job, raw, user_agent=settings.user_agent,
-                            timestamp=int(now.timestamp()))
-    total = settings.endpoint_timeout(endpoint.timeout_seconds)
-    timeout = httpx.Timeout(total, connect=min(total, settings.connect_timeout_seconds))
-    async with make_worker_transport(settings) as transport:
-        result = await send(transport, endpoint.url, raw, headers, timeout=timeout,
-                            total_timeout=total, body_cap=settings.response_body_cap)
-    return {"webhook_id": str(event_id), "url": endpoint.url, "status": result.status_code,
-            "duration_ms": result.duration_ms, "verdict": str(result.verdict),
-            "error": result.error, "response": result.response_excerpt}
+        click.echo(f"{endpoint.url}: {result.status or 'no answer'} in "
+                   f"{result.duration_ms:.0f} ms ({result.verdict})")
+        click.echo(f"webhook-id: {result.webhook_id}")
+        if result.error:
+            click.echo(f"error:      {result.error}")
+        click.echo(f"response:   {cut(result.response, 300)}")
+    if not result.ok:
+        raise Failed(f"ping to {endpoint.url} failed: {result.error}")

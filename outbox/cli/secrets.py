@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import click
 
-from outbox import queries
 from outbox.cli import Context, cli, pass_ctx
-from outbox.db import render, translated
 from outbox.secretbox import generate_key
+from outbox.secrets_at_rest import reencrypt as reencrypt_all
 
 
 @cli.group()
@@ -43,11 +42,6 @@ def reencrypt(ctx: Context) -> None:
     box = ctx.settings().secret_box()
     if not box.encrypting:
         raise click.UsageError("OUTBOX_SECRET_KEY is empty: nothing to encrypt with")
-    schema = ctx.schema
-    with ctx.connect() as conn, translated(), conn.transaction():
-        rows = conn.execute(render(queries.ENDPOINT_SECRETS_FOR_UPDATE, schema)).fetchall()
-        update = render(queries.ENDPOINT_SET_SECRETS, schema)
-        for endpoint_id, secret, previous in rows:
-            conn.execute(update, (box.reseal(str(secret)),
-                                  box.reseal(str(previous)) if previous else None, endpoint_id))
-    click.echo(f"re-encrypted the secrets of {len(rows)} endpoints")
+    with ctx.connect() as conn:
+        count = reencrypt_all(conn, schema=ctx.schema, box=box)
+    click.echo(f"re-encrypted the secrets of {count} endpoints")

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
-import signal
-
 import click
-from pydantic import ValidationError
 
-from outbox.cli import Context, cli, pass_ctx
-from outbox.errors import ConfigurationError
+from outbox.cli import Context, cli, pass_ctx, worker_seam
 
 
 @cli.command()
@@ -27,7 +22,7 @@ def worker(ctx: Context, drain: bool, concurrency: int | None, log_level: str,
     """Deliver pending webhooks: claim, sign, POST, record; retry with backoff.
 
     Run as many processes as you like, on as many hosts: they share the work through
-    FOR UPDATE SKIP LOCKED. SIGTERM or Ctrl-C stops claiming, lets in-flight requests
+    SKIP LOCKED claims. SIGTERM or Ctrl-C stops claiming, lets in-flight requests
     finish within $OUTBOX_SHUTDOWN_GRACE_SECONDS, and exits 0.
 
     \b
@@ -36,25 +31,9 @@ def worker(ctx: Context, drain: bool, concurrency: int | None, log_level: str,
       outbox worker --concurrency 200
       outbox worker --drain          # deliver what is due now, then exit
     """
-    try:
-        from outbox.delivery.runner import run_worker
-        from outbox.delivery.settings import WorkerSettings
-    except ImportError as exc:
-        raise ConfigurationError(
-            f"the worker needs extra packages ({exc.name}): pip install 'outbox[worker]'"
-        ) from None
     overrides = dict(ctx.overrides)
     if concurrency:
         overrides["concurrency"] = concurrency
-    try:
-        settings = WorkerSettings(**overrides)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "settings"
-        raise ConfigurationError(f"invalid worker setting {where}: {first['msg']}") from None
-    from outbox.delivery import logs
-
-    logs.configure(log_format or settings.log_format, log_level)
-    stats = asyncio.run(run_worker(settings, drain=drain, signals=(signal.SIGTERM,
-                                                                     signal.SIGINT)))
+    stats = worker_seam.run_worker(overrides, drain=drain, log_format=log_format,
+                                   log_level=log_level)
     click.echo(" ".join(f"{k}={v}" for k, v in stats.items()), err=True)

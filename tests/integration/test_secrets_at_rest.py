@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import datetime as dt
+from typing import Any
+
+import psycopg
 import pytest
 from click.testing import CliRunner
 
 import outbox
+from outbox import endpoints as ep
 from outbox.cli import cli, load_commands
 from outbox.receiver import Receiver
 from outbox.secretbox import PREFIX, SecretBox, generate_key
+from outbox.secrets_at_rest import reencrypt
 from tests.pg import SCHEMA
 from tests.workers import SECRET, add_endpoint, drain, emit, rows, settings
 
@@ -61,3 +67,46 @@ def test_bad_key_is_a_clear_error(db_url: str) -> None:
     assert code == 1 and "OUTBOX_SECRET_KEY must be comma-separated Fernet keys" in out
     code, out = _cli(db_url, "", "secrets", "reencrypt")
     assert code == 2 and "OUTBOX_SECRET_KEY is empty" in out
+
+
+# --- the library function behind `outbox secrets reencrypt` --------------------------
+
+def _stored(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    return conn.execute(
+        f"SELECT id, secret, previous_secret FROM {SCHEMA}.endpoints ORDER BY id").fetchall()
+
+
+def test_reencrypt_seals_current_and_previous_secrets(conn: psycopg.Connection[Any]) -> None:
+    first = ep.add(conn, "https://example.com/a", schema=SCHEMA, secret=SECRET,
+                   box=SecretBox()).endpoint
+    ep.add(conn, "https://example.com/b", schema=SCHEMA, box=SecretBox())
+    rotated = ep.rotate_secret(conn, first.id, schema=SCHEMA, grace=dt.timedelta(hours=1),
+                               box=SecretBox())
+    key = generate_key()
+    assert reencrypt(conn, schema=SCHEMA, box=SecretBox(key)) == 2
+    stored = _stored(conn)
+    assert all(s.startswith(PREFIX) for _, s, _ in stored)
+    (_, secret, previous), _ = stored if stored[0][0] == first.id else stored[::-1]
+    assert previous.startswith(PREFIX)
+    box = SecretBox(key)
+    assert (box.open(secret), box.open(previous)) == (rotated.secret, SECRET)
+    assert ep.signing_secrets(conn, first.id, schema=SCHEMA, box=box) == [rotated.secret,
+                                                                          SECRET]
+
+
+def test_reencrypt_without_a_key_is_refused(conn: psycopg.Connection[Any]) -> None:
+    ep.add(conn, "https://example.com/a", schema=SCHEMA, secret=SECRET, box=SecretBox())
+    before = _stored(conn)
+    with pytest.raises(outbox.ConfigurationError, match="OUTBOX_SECRET_KEY is empty"):
+        reencrypt(conn, schema=SCHEMA, box=SecretBox(""))
+    assert _stored(conn) == before
+
+
+def test_reencrypt_is_all_or_nothing(conn: psycopg.Connection[Any]) -> None:
+    old, other = generate_key(), generate_key()
+    ep.add(conn, "https://example.com/a", schema=SCHEMA, secret=SECRET, box=SecretBox())
+    ep.add(conn, "https://example.com/b", schema=SCHEMA, secret=SECRET, box=SecretBox(old))
+    before = _stored(conn)
+    with pytest.raises(outbox.ConfigurationError, match="does not open"):
+        reencrypt(conn, schema=SCHEMA, box=SecretBox(other))  # opens neither sealed one
+    assert _stored(conn) == before

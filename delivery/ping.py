@@ -1,0 +1,86 @@
+"""``outbox endpoints ping``: one signed ``outbox.ping`` event, sent now, recorded nowhere.
+
+Guarantees of :func:`ping`:
+
+- The request is the worker's own (:func:`~outbox.delivery.request.send_job`): same
+  signing (both secrets during a rotation), headers, timeouts, body cap and outcome
+  classification; by default over the worker's SSRF-guarded transport
+  (:func:`~outbox.delivery.runner.make_worker_transport`), which refuses hosts and IP
+  literals outside ``OUTBOX_ALLOW_NETWORKS`` before connecting.
+- It is sent even if the endpoint is disabled, exactly once (no retry), and nothing is
+  written to the database.
+- It never raises for a network, TLS, SSRF or HTTP failure: those are in the result.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import httpx
+
+from outbox.delivery.jobs import Job
+from outbox.delivery.outcome import Verdict
+from outbox.delivery.request import send_job
+from outbox.delivery.runner import make_worker_transport
+from outbox.delivery.settings import WorkerSettings
+from outbox.endpoints import Endpoint
+from outbox.errors import InvalidEndpoint
+from outbox.event import new_id
+
+PING_TYPE = "outbox.ping"
+
+
+@dataclass(frozen=True, slots=True)
+class PingResult:
+    """What the endpoint answered. ``status`` is None when no response arrived; ``verdict``
+    is what the worker would have made of it (only DELIVERED is a success); ``error`` is
+    the worker's one-line error; ``response`` the kept excerpt of the body."""
+
+    webhook_id: str
+    url: str
+    status: int | None
+    duration_ms: float
+    verdict: Verdict
+    error: str | None
+    response: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict is Verdict.DELIVERED
+
+
+def ping_job(endpoint: Endpoint, secrets: Sequence[str], now: dt.datetime) -> Job:
+    """The one-attempt job for a ping of ``endpoint`` at ``now``, signed by ``secrets``
+    (current first, then the previous one while its grace runs)."""
+    if not secrets:
+        raise InvalidEndpoint(f"endpoint {endpoint.id} has no signing secret")
+    body = json.dumps({"type": PING_TYPE, "timestamp": now.isoformat(timespec="seconds"),
+                       "data": {"endpoint_id": str(endpoint.id)}}, separators=(",", ":"))
+    return Job(
+        delivery_id=0, attempt=1, token=uuid.uuid4(), event_id=new_id(), event_type=PING_TYPE,
+        payload=body, emitted_at=now, endpoint_id=endpoint.id, url=endpoint.url,
+        enabled=endpoint.enabled, secret=secrets[0],
+        previous_secret=secrets[1] if len(secrets) > 1 else None, headers=endpoint.headers,
+        max_attempts=1, retry_base_seconds=None, retry_cap_seconds=None,
+        timeout_seconds=endpoint.timeout_seconds,
+    )
+
+
+async def ping(settings: WorkerSettings, endpoint: Endpoint, secrets: Sequence[str], *,
+               transport: httpx.AsyncBaseTransport | None = None) -> PingResult:
+    """Send one ping to ``endpoint`` (see module guarantees); ``transport`` defaults to a
+    fresh worker transport, closed afterwards (a given one is left open)."""
+    now = dt.datetime.now(dt.UTC)
+    job = ping_job(endpoint, secrets, now)
+    if transport is None:
+        async with make_worker_transport(settings) as own:
+            result = await send_job(own, job, settings, timestamp=int(now.timestamp()))
+    else:
+        result = await send_job(transport, job, settings, timestamp=int(now.timestamp()))
+    return PingResult(webhook_id=job.webhook_id, url=endpoint.url, status=result.status_code,
+                      duration_ms=result.duration_ms, verdict=result.verdict,
+                      error=result.error, response=result.response_excerpt)

@@ -1,0 +1,55 @@
+"""Re-sealing stored signing secrets with the current ``OUTBOX_SECRET_KEY``.
+
+Guarantees of :func:`reencrypt`:
+
+- All endpoints or none: one transaction (a savepoint inside the caller's transaction),
+  with every endpoint row locked for its duration.
+- Afterwards every stored secret (current and rotated-out) is sealed with the first key
+  of the box; plain (never encrypted) secrets are encrypted.
+- Refused with :class:`~outbox.errors.ConfigurationError`, changing nothing, when the box
+  has no key: it never decrypts stored secrets to plain text.
+- A stored value no key of the box opens raises :class:`~outbox.errors.ConfigurationError`
+  and changes nothing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.rows import class_row
+
+from outbox import queries
+from outbox.db import render, translated
+from outbox.errors import ConfigurationError
+from outbox.secretbox import SecretBox
+from outbox.settings import get_settings
+
+
+@dataclass(frozen=True, slots=True)
+class _Stored:
+    id: uuid.UUID
+    secret: str
+    previous_secret: str | None
+
+
+def reencrypt(conn: psycopg.Connection[Any], *, schema: str,
+              box: SecretBox | None = None) -> int:
+    """Re-seal every endpoint's stored secrets with the first key of ``box`` (default: the
+    configured ``OUTBOX_SECRET_KEY``); the number of endpoints re-sealed."""
+    box = box if box is not None else get_settings().secret_box()
+    if not box.encrypting:
+        raise ConfigurationError("OUTBOX_SECRET_KEY is empty: nothing to encrypt with")
+    with translated(), conn.transaction():
+        with conn.cursor(row_factory=class_row(_Stored)) as cur:
+            rows = cur.execute(render(queries.ENDPOINT_SECRETS_FOR_UPDATE, schema)).fetchall()
+        resealed = [
+            (box.reseal(r.secret), box.reseal(r.previous_secret) if r.previous_secret else None,
+             r.id)
+            for r in rows
+        ]
+        with conn.cursor() as cur:
+            cur.executemany(render(queries.ENDPOINT_SET_SECRETS, schema), resealed)
+    return len(rows)

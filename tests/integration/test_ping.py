@@ -1,0 +1,82 @@
+"""`outbox.delivery.ping`: one request built and judged as the worker builds and judges it."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+from typing import Any
+
+import psycopg
+
+from outbox import endpoints as ep
+from outbox.delivery.outcome import Verdict
+from outbox.delivery.ping import PING_TYPE, PingResult, ping
+from outbox.receiver import Behaviour, Receiver
+from outbox.secretbox import SecretBox
+from outbox.signing import verify
+from tests.clirun import snapshot
+from tests.pg import SCHEMA
+from tests.workers import SECRET, settings
+
+
+def _ping(db_url: str, endpoint: ep.Endpoint, **overrides: Any) -> PingResult:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        secrets = ep.signing_secrets(conn, endpoint.id, schema=SCHEMA, box=SecretBox())
+    return asyncio.run(ping(settings(db_url, **overrides), endpoint, secrets))
+
+
+def _add(db_url: str, url: str, **kwargs: Any) -> ep.Endpoint:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        return ep.add(conn, url, schema=SCHEMA, secret=SECRET, box=SecretBox(),
+                      **kwargs).endpoint
+
+
+def test_ping_is_signed_like_a_delivery_and_writes_nothing(db_url: str) -> None:
+    with Receiver(secret=SECRET, default=Behaviour(body=b"pong")) as rx:
+        endpoint = _add(db_url, rx.url + "/hook", headers={"X-Team": "billing"})
+        before = snapshot(db_url)
+        result = _ping(db_url, endpoint, user_agent="pinger/1")
+        assert rx.wait_for(1, 5)
+    (got,) = rx.received
+    assert got.signature_ok is True and got.webhook_id == result.webhook_id
+    assert got.headers["idempotency-key"] == result.webhook_id
+    assert got.headers["user-agent"] == "pinger/1"
+    assert got.headers["x-team"] == "billing"
+    body = json.loads(got.body)
+    assert body["type"] == PING_TYPE and body["data"] == {"endpoint_id": str(endpoint.id)}
+    assert (result.status, result.verdict, result.ok) == (200, Verdict.DELIVERED, True)
+    assert (result.url, result.response, result.error) == (endpoint.url, "pong", None)
+    assert snapshot(db_url) == before
+
+
+def test_ping_signs_with_both_secrets_during_a_rotation(db_url: str) -> None:
+    with Receiver() as rx:
+        endpoint = _add(db_url, rx.url + "/hook")
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            new = ep.rotate_secret(conn, endpoint.id, schema=SCHEMA,
+                                   grace=dt.timedelta(hours=1), box=SecretBox()).secret
+        assert _ping(db_url, endpoint).ok
+        assert rx.wait_for(1, 5)
+    (got,) = rx.received
+    assert len(got.headers["webhook-signature"].split()) == 2
+    for secret in (new, SECRET):
+        verify(secret, got.body, got.headers)
+
+
+def test_ping_uses_the_endpoint_timeout_and_judges_like_the_worker(db_url: str) -> None:
+    with Receiver(default=Behaviour(status=200, delay=3.0)) as rx:
+        endpoint = _add(db_url, rx.url + "/slow", timeout_seconds=0.3)
+        result = _ping(db_url, endpoint, http_timeout_seconds=4.0)
+    assert result.status is None and result.verdict is Verdict.RETRY and not result.ok
+    assert result.duration_ms < 2500
+    assert result.error and "timeout" in result.error.lower()
+
+
+def test_ping_to_a_refused_address_sends_nothing(db_url: str) -> None:
+    with Receiver() as rx:
+        endpoint = _add(db_url, rx.url + "/hook")
+        result = _ping(db_url, endpoint, allow_networks="")
+    assert rx.received == []
+    assert result.status is None and result.verdict is Verdict.DEAD
+    assert result.error and "loopback" in result.error and "OUTBOX_ALLOW_NETWORKS" in result.error
