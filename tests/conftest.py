@@ -8,8 +8,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from outbox.devdb import TempCluster
 from outbox.settings import Settings
-from tests import pg
+from tests.support import pg
 
 
 @pytest.fixture(scope="session")
@@ -55,3 +56,13 @@ def conn(db_url: str) -> Iterator[psycopg.Connection[Any]]:
 @pytest.fixture
 def aconn_url(db_url: str) -> str:
     return db_url
+
+
+@pytest.fixture
+def own_cluster() -> Iterator[TempCluster]:
+    """A private PostgreSQL cluster (initdb + pg_ctl) that the test may stop and start."""
+    cluster = TempCluster()
+    try:
+        yield cluster
+    finally:
+        cluster.destroy()

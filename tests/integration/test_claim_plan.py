@@ -10,8 +10,8 @@ import pytest
 
 from outbox.db import render
 from outbox.delivery import queries
-from tests.pg import SCHEMA
-from tests.workers import SECRET, add_endpoint, emit
+from tests.support.pg import SCHEMA
+from tests.support.workers import SECRET, add_endpoint, emit
 
 
 def test_claim_plan_uses_the_partial_due_index(db_url: str) -> None:

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.clirun import delivery_ids, execute, invoke, kill, snapshot
-from tests.pg import SCHEMA
-from tests.workers import add_endpoint, emit
+from tests.support.cli import delivery_ids, execute, invoke, kill, snapshot
+from tests.support.pg import SCHEMA
+from tests.support.workers import add_endpoint, emit
 
 HOUR = dt.timedelta(hours=1)
 

@@ -15,7 +15,7 @@ from psycopg.rows import dict_row
 import outbox
 from outbox import Event, InvalidEvent, NotInTransaction, SchemaMissing, Settings
 from outbox import endpoints as ep
-from tests.pg import SCHEMA, count
+from tests.support.pg import SCHEMA, count
 
 
 def _endpoint(url: str, types: list[str] | None = None, enabled: bool = True) -> uuid.UUID:

@@ -10,9 +10,9 @@ import pytest
 
 import outbox
 from outbox.receiver import Behaviour, Receiver
-from tests.clirun import execute, invoke, snapshot
-from tests.pg import SCHEMA, count
-from tests.workers import SECRET, add_endpoint, drain, emit, settings
+from tests.support.cli import execute, invoke, snapshot
+from tests.support.pg import SCHEMA, count
+from tests.support.workers import SECRET, add_endpoint, drain, emit, settings
 
 LOOPBACK = {"OUTBOX_ALLOW_NETWORKS": "127.0.0.0/8"}
 
@@ -132,6 +132,7 @@ def _signatures(headers: dict[str, str]) -> list[str]:
     return headers["webhook-signature"].split(" ")
 
 
+@pytest.mark.slow
 def test_rotation_signs_with_both_secrets_until_the_grace_ends(db_url: str) -> None:
     with Receiver() as rx:
         endpoint = add_endpoint(db_url, rx.url + "/rotating")

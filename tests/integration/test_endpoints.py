@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import subprocess
 import sys
 from typing import Any
@@ -14,15 +13,8 @@ import pytest
 
 from outbox import EndpointNotFound, InvalidEndpoint
 from outbox import endpoints as ep
-from tests.pg import SCHEMA, count
-
-
-def run_cli(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "OUTBOX_DATABASE_URL": db_url, "OUTBOX_SCHEMA": SCHEMA}
-    return subprocess.run(
-        [sys.executable, "-m", "outbox", *args], capture_output=True, text=True, env=env,
-        timeout=60,
-    )
+from tests.support.cli import run_cli
+from tests.support.pg import SCHEMA, count
 
 
 @pytest.mark.parametrize(
@@ -101,6 +93,7 @@ def test_add_list_disable_enable(db_url: str) -> None:
             ep.set_enabled(c, "nope", True, schema=SCHEMA)
 
 
+@pytest.mark.slow
 def test_cli_add_list_disable(db_url: str) -> None:
     added = run_cli(db_url, "endpoints", "add", "https://example.com/h", "--event-type",
                     "invoice.paid", "--header", "X-A=1")

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.integration.test_endpoints import run_cli
+from tests.support.cli import run_cli
 
 COMMANDS = [["dead"], ["dead", "list"], ["dead", "show"], ["replay"], ["stats"], ["prune"],
             ["endpoints", "update"], ["endpoints", "rotate-secret"], ["endpoints", "ping"]]

@@ -15,9 +15,9 @@ from outbox.delivery.ping import PING_TYPE, PingResult, ping
 from outbox.receiver import Behaviour, Receiver
 from outbox.secretbox import SecretBox
 from outbox.signing import verify
-from tests.clirun import snapshot
-from tests.pg import SCHEMA
-from tests.workers import SECRET, settings
+from tests.support.cli import snapshot
+from tests.support.pg import SCHEMA
+from tests.support.workers import SECRET, settings
 
 
 def _ping(db_url: str, endpoint: ep.Endpoint, **overrides: Any) -> PingResult:

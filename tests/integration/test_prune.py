@@ -11,9 +11,9 @@ import pytest
 
 from outbox import retention
 from outbox.errors import OperationRefused
-from tests.clirun import delivery_ids, execute, invoke, kill, old_uuid7, snapshot
-from tests.pg import SCHEMA
-from tests.workers import add_endpoint, emit
+from tests.support.cli import delivery_ids, execute, invoke, kill, old_uuid7, snapshot
+from tests.support.pg import SCHEMA
+from tests.support.workers import add_endpoint, emit
 
 DAY = dt.timedelta(days=1)
 

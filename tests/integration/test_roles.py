@@ -15,8 +15,8 @@ from psycopg import sql
 import outbox
 from outbox import DatabaseError, Event
 from outbox import endpoints as ep
-from tests.pg import SCHEMA
-from tests.workers import add_endpoint, drain, settings, states
+from tests.support.pg import SCHEMA
+from tests.support.workers import add_endpoint, drain, settings, states
 
 ROLES_SQL = Path(__file__).resolve().parents[2] / "migrations" / "roles.sql"
 

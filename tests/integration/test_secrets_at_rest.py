@@ -15,8 +15,8 @@ from outbox.cli import cli, load_commands
 from outbox.receiver import Receiver
 from outbox.secretbox import PREFIX, SecretBox, generate_key
 from outbox.secrets_at_rest import reencrypt
-from tests.pg import SCHEMA
-from tests.workers import SECRET, add_endpoint, drain, emit, rows, settings
+from tests.support.pg import SCHEMA
+from tests.support.workers import SECRET, add_endpoint, drain, emit, rows, settings
 
 
 def _cli(db_url: str, key: str, *args: str) -> tuple[int, str]:

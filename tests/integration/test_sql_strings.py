@@ -12,8 +12,8 @@ import outbox
 from outbox import Event
 from outbox import endpoints as ep
 from outbox.receiver import Receiver
-from tests.pg import SCHEMA
-from tests.workers import drain, settings
+from tests.support.pg import SCHEMA
+from tests.support.workers import drain, settings
 
 NASTY = [
     "'; DROP TABLE outbox.events; --",

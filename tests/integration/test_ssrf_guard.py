@@ -2,7 +2,7 @@
 
 Every request goes through ``send`` over ``make_worker_transport(settings)``, the transport
 ``outbox worker`` builds (``make_transport`` with a ``GuardedResolver``); host names are
-answered by a scripted resolver (see :mod:`tests.guarded_http`). Redirects, proxies and
+answered by a scripted resolver (see :mod:`tests.support.guarded_http`). Redirects, proxies and
 timeouts on the same path: ``test_transport_hardening.py``.
 """
 
@@ -25,7 +25,7 @@ import pytest
 
 from outbox import ssrf
 from outbox.delivery.outcome import AttemptResult, Verdict
-from tests.guarded_http import (
+from tests.support.guarded_http import (
     HOST,
     INTERNAL,
     PUBLIC,

@@ -8,9 +8,9 @@ import uuid
 
 import pytest
 
-from tests.clirun import delivery_ids, execute, invoke, kill
-from tests.pg import SCHEMA
-from tests.workers import add_endpoint, emit
+from tests.support.cli import delivery_ids, execute, invoke, kill
+from tests.support.pg import SCHEMA
+from tests.support.workers import add_endpoint, emit
 
 D = f"{SCHEMA}.deliveries"
 

@@ -17,7 +17,7 @@ import pytest
 
 from outbox import ssrf
 from outbox.delivery.outcome import AttemptResult, Verdict
-from tests.guarded_http import (
+from tests.support.guarded_http import (
     BODY,
     HOST,
     PUBLIC,

@@ -8,8 +8,8 @@ import psycopg
 
 from outbox.delivery.retention_task import prune_once
 from outbox.receiver import Receiver
-from tests.pg import SCHEMA
-from tests.workers import add_endpoint, drain, emit, rows, run_until, settings
+from tests.support.pg import SCHEMA
+from tests.support.workers import add_endpoint, drain, emit, rows, run_until, settings
 
 
 def _age_finished(db_url: str, days: int) -> None:

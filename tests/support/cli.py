@@ -1,8 +1,12 @@
-"""Run ``outbox`` commands in-process through click's test runner, and seed dead letters."""
+"""Run ``outbox`` commands in-process (click's test runner) or as a subprocess; seed dead
+letters."""
 
 from __future__ import annotations
 
 import datetime as dt
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -11,7 +15,7 @@ import psycopg
 from click.testing import CliRunner, Result
 
 from outbox.cli import cli, load_commands
-from tests.pg import SCHEMA
+from tests.support.pg import SCHEMA
 
 
 def invoke(db_url: str, *args: str, env: Mapping[str, str | None] | None = None) -> Result:
@@ -71,3 +75,12 @@ def old_uuid7(when: dt.datetime) -> uuid.UUID:
     value = (millis << 80) | (0x7 << 76) | ((rand >> 62) << 64) | (0b10 << 62) | (
         rand & ((1 << 62) - 1))
     return uuid.UUID(int=value)
+
+
+def run_cli(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m outbox ARGS`` in a subprocess, on ``db_url``'s outbox schema."""
+    env = {**os.environ, "OUTBOX_DATABASE_URL": db_url, "OUTBOX_SCHEMA": SCHEMA}
+    return subprocess.run(
+        [sys.executable, "-m", "outbox", *args], capture_output=True, text=True, env=env,
+        timeout=60,
+    )

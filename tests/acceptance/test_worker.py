@@ -12,7 +12,16 @@ from outbox import endpoints as ep
 from outbox.delivery.jobs import Completion
 from outbox.delivery.store import Store
 from outbox.receiver import Behaviour, Receiver
-from tests.workers import SECRET, add_endpoint, drain, emit, rows, run_until, settings, states
+from tests.support.workers import (
+    SECRET,
+    add_endpoint,
+    drain,
+    emit,
+    rows,
+    run_until,
+    settings,
+    states,
+)
 
 
 def test_delivers_signed_requests(db_url: str) -> None:
@@ -135,6 +144,7 @@ def test_late_result_of_expired_lease_is_fenced(db_url: str) -> None:
     assert log == [(1, "fenced"), (2, "dead"), (2, "fenced")]
 
 
+@pytest.mark.slow
 def test_disabled_endpoint_is_parked_not_sent(db_url: str) -> None:
     with Receiver() as rx:
         endpoint = add_endpoint(db_url, rx.url + "/paused")
@@ -153,7 +163,7 @@ def test_disabled_endpoint_is_parked_not_sent(db_url: str) -> None:
 
 @pytest.mark.parametrize("bad", ["OUTBOX_HTTP_TIMEOUT_SECONDS=90", "OUTBOX_ALLOW_NETWORKS=nope"])
 def test_bad_settings_refuse_to_start(db_url: str, bad: str) -> None:
-    from tests.workers import log_of, spawn
+    from tests.support.workers import log_of, spawn
 
     name, value = bad.split("=")
     proc = spawn(db_url, "--drain", **{name: value})
@@ -165,7 +175,7 @@ def test_bad_settings_refuse_to_start(db_url: str, bad: str) -> None:
 
 
 def test_missing_schema_is_a_one_line_error(blank_db_url: str) -> None:
-    from tests.workers import log_of, spawn
+    from tests.support.workers import log_of, spawn
 
     proc = spawn(blank_db_url, "--drain")
     proc.wait(timeout=60)

@@ -7,7 +7,9 @@ import time
 import pytest
 
 from outbox.receiver import Behaviour, Receiver, gzip_bomb
-from tests.workers import add_endpoint, drain, emit, rows, settings
+from tests.support.workers import add_endpoint, drain, emit, rows, settings
+
+pytestmark = pytest.mark.slow  # hostile receivers run into the timeouts
 
 
 def _attempt(db_url: str) -> tuple[object, ...]:

@@ -14,8 +14,10 @@ import pytest
 from outbox.devdb import TempCluster
 from outbox.migrate import migrate
 from outbox.receiver import Behaviour, Receiver
-from tests.pg import SCHEMA
-from tests.workers import SECRET, add_endpoint, emit, log_of, rows, spawn, states
+from tests.support.pg import SCHEMA
+from tests.support.workers import SECRET, add_endpoint, emit, log_of, rows, spawn, states
+
+pytestmark = pytest.mark.slow  # worker processes, kills, a database restart
 
 FAST = {"OUTBOX_POLL_INTERVAL_SECONDS": "0.05", "OUTBOX_RETRY_BASE_SECONDS": "0.1",
         "OUTBOX_RETRY_CAP_SECONDS": "0.5"}
@@ -111,15 +113,6 @@ def test_sigterm_finishes_in_flight_and_loses_nothing(db_url: str) -> None:
             stop(proc)
     assert set(rx.counts()) == {str(i) for i in ids}
     assert rx.duplicates() == {}
-
-
-@pytest.fixture
-def own_cluster() -> Iterator[TempCluster]:
-    cluster = TempCluster()
-    try:
-        yield cluster
-    finally:
-        cluster.destroy()
 
 
 def test_database_restart_mid_run(own_cluster: TempCluster) -> None:

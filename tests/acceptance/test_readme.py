@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from tests.support.net import free_port
+
+pytestmark = pytest.mark.slow  # runs the quickstart in a shell
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,17 +25,11 @@ def _quickstart() -> str:
     return match.group(1)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_quickstart_runs(blank_db_url: str, tmp_path: Path) -> None:
     script = _quickstart()
     lines = script.splitlines()
     assert lines[0].startswith("python3 -m venv"), "first line installs; the test skips it"
-    script = "\n".join(lines[1:]).replace("8080", str(_free_port()))
+    script = "\n".join(lines[1:]).replace("8080", str(free_port()))
     bin_dir = str(Path(sys.executable).parent)
     env = {**os.environ, "DATABASE_URL": blank_db_url, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     env.pop("OUTBOX_DATABASE_URL", None)

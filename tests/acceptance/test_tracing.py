@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 import outbox
 from outbox.receiver import Receiver
-from tests.workers import add_endpoint, drain, rows, settings
+from tests.support.workers import add_endpoint, drain, rows, settings
 
 _provider = TracerProvider()
 

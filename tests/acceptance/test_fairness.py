@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from outbox.receiver import Behaviour, Receiver
-from tests.workers import add_endpoint, emit, rows, run_until, settings
+from tests.support.workers import add_endpoint, emit, rows, run_until, settings
+
+pytestmark = pytest.mark.slow  # waits for a hanging endpoint to time out
 
 
 def test_hanging_endpoint_is_capped_then_broken(db_url: str) -> None:

@@ -5,6 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.slow  # runs the demo command
+
 
 def test_demo_delivers_everything(db_url: str) -> None:
     done = subprocess.run(

@@ -18,7 +18,7 @@ import outbox
 from outbox import endpoints as ep
 from outbox.delivery.runner import run_worker
 from outbox.delivery.settings import WorkerSettings
-from tests.pg import SCHEMA
+from tests.support.pg import SCHEMA
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 

@@ -8,7 +8,7 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import psycopg
 import pytest
@@ -18,14 +18,9 @@ from outbox.delivery.settings import WorkerSettings
 from outbox.devdb import TempCluster
 from outbox.migrate import migrate
 from outbox.receiver import Behaviour, Receiver
-from tests.pg import SCHEMA
-from tests.workers import SECRET, add_endpoint, emit, log_of, settings, spawn, states
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support.net import free_port
+from tests.support.pg import SCHEMA
+from tests.support.workers import SECRET, add_endpoint, emit, log_of, settings, spawn, states
 
 
 def _get(port: int, path: str) -> tuple[int, str]:
@@ -82,7 +77,7 @@ def _with_worker(cfg: WorkerSettings, body: Callable[[], None]) -> None:
 
 
 def test_metrics_move_after_deliveries(db_url: str) -> None:
-    port = _free_port()
+    port = free_port()
     cfg = settings(db_url, metrics_port=port, backlog_interval_seconds=0.2)
     with Receiver(secret=SECRET) as rx:
         rx.script("/x", [Behaviour(status=503), Behaviour(status=200)])
@@ -110,17 +105,11 @@ def test_metrics_move_after_deliveries(db_url: str) -> None:
         _with_worker(cfg, check)
 
 
-@pytest.fixture
-def own_cluster() -> Iterator[TempCluster]:
-    cluster = TempCluster()
-    yield cluster
-    cluster.destroy()
-
-
+@pytest.mark.slow
 def test_readyz_fails_while_database_is_down(own_cluster: TempCluster) -> None:
     with psycopg.connect(own_cluster.url, autocommit=True) as c:
         migrate(c, SCHEMA)
-    port = _free_port()
+    port = free_port()
     cfg = settings(own_cluster.url, metrics_port=port, poll_interval_seconds=0.1)
 
     def check() -> None:
