@@ -4,9 +4,11 @@
 (:func:`outbox.delivery.sender.make_transport`). aiohttp connects to exactly the addresses
 its resolver returns, so resolving-and-checking there pins the connection: one lookup per
 new connection (no DNS rebinding window), and a host with any non-allowed address raises
-:class:`BlockedAddress`. IP-literal hosts, which aiohttp never hands to its resolver, are
-checked by :meth:`GuardedResolver.check_literal` before every request. TLS SNI and
-certificate checks use the URL's hostname, and no proxy is ever used.
+:class:`BlockedAddress`, as does a name RFC 6761 reserves for loopback (``*.localhost``),
+refused by name before any lookup unless loopback is allowed (:func:`~outbox.ssrf.check_name`).
+IP-literal hosts, which aiohttp never hands to its resolver, are checked by
+:meth:`GuardedResolver.check_literal` before every request. TLS SNI and certificate checks
+use the URL's hostname, and no proxy is ever used.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from outbox.ssrf import (
     ResolutionFailed,
     Resolver,
     check_address,
+    check_name,
     ip_literal,
     resolve,
 )
@@ -43,6 +46,7 @@ class GuardedResolver(aiohttp.abc.AbstractResolver):
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[aiohttp.abc.ResolveResult]:
+        check_name(host, self._allow)  # by name: whatever the resolver would answer
         try:
             async with asyncio.timeout(self._timeout):
                 addresses = await resolve(host, port, resolver=self._resolver)

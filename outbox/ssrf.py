@@ -15,6 +15,10 @@ Guarantees:
 - A host is refused (:class:`BlockedAddress`) if ANY of its addresses is not public,
   unless that address (or the IPv4 address it embeds) lies in an explicitly allowed
   network (``OUTBOX_ALLOW_NETWORKS``, empty by default).
+- A name RFC 6761 reserves for loopback (``localhost``, ``*.localhost``, any letter case,
+  with or without the trailing dot) is refused by name, before any lookup, unless the
+  allowlist lets loopback through (:func:`check_name`): the answer never depends on what
+  the system resolver makes of such a name.
 - The same check runs at registration (:func:`check_url_sync`) and on every new delivery
   connection. :class:`BlockedAddress` and :class:`ResolutionFailed` reach the sender raised
   or in the cause chain of the transport's error (:func:`blocked_reason` finds the
@@ -78,6 +82,10 @@ _BLOCKED_V6 = _table(
     ("fec0::/10", "site-local"),
     ("ff00::/8", "multicast"),
 )
+_LOOPBACK_ADDRESSES: tuple[IPAddress, ...] = (
+    ipaddress.IPv4Address("127.0.0.1"), ipaddress.IPv6Address("::1"),
+)
+LOOPBACK_NAME_REASON = "loopback name, RFC 6761"
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 _V4_COMPATIBLE = ipaddress.IPv6Network("::/96")
 _GLOBAL_UNICAST_V6 = ipaddress.IPv6Network("2000::/3")
@@ -166,6 +174,29 @@ def check_address(ip: IPAddress, allow: Sequence[IPNetwork]) -> str | None:
         if ip not in _GLOBAL_UNICAST_V6:
             return "not IPv6 global unicast"
     return None
+
+
+def is_loopback_name(host: str) -> bool:
+    """True for a name RFC 6761 (section 6.3) reserves for loopback: ``localhost`` and every
+    name under it (``api.localhost``), in any letter case, with or without trailing dots.
+    ``host`` is an ASCII (IDNA-encoded) host name, as URLs hand it over."""
+    name = host.rstrip(".").lower()
+    return name == "localhost" or name.endswith(".localhost")
+
+
+def check_name(host: str, allow: Sequence[IPNetwork]) -> None:
+    """Refuse a loopback name (:func:`is_loopback_name`) by name, before any lookup.
+
+    Such a name means the loopback address whatever the resolver answers, so it is
+    refused with :class:`BlockedAddress` (127.0.0.1, "loopback name, RFC 6761") unless
+    ``allow`` lets 127.0.0.1 or ::1 through; an allowed name is then resolved and its
+    addresses checked as any other host's. Other names pass untouched.
+    """
+    if not is_loopback_name(host):
+        return
+    if any(check_address(ip, allow) is None for ip in _LOOPBACK_ADDRESSES):
+        return
+    raise BlockedAddress(host, _LOOPBACK_ADDRESSES[0], LOOPBACK_NAME_REASON)
 
 
 async def system_resolver(host: str, port: int) -> list[IPAddress]:
@@ -272,7 +303,8 @@ def check_url_sync(
 ) -> IPAddress:
     """Registration-time check of an endpoint URL (delivery checks again, per connection).
 
-    One lookup; every address must pass :func:`check_address`; returns the first address.
+    A loopback name is refused by :func:`check_name` without a lookup; otherwise one
+    lookup, every address must pass :func:`check_address`; returns the first address.
     The lookup runs in a daemon thread and is abandoned after ``timeout`` seconds
     (``getaddrinfo`` itself cannot be cancelled), raising :class:`ResolutionFailed`.
     Raises :class:`~outbox.errors.InvalidEndpoint` if the URL is not http(s) with a host,
@@ -282,6 +314,7 @@ def check_url_sync(
     literal = ip_literal(host)
     if literal is not None:
         return _first_allowed(host, [literal], allow)
+    check_name(host, allow)
     addresses = _resolve_with_timeout(resolver or system_resolver_sync, host, port, timeout)
     if not addresses:
         raise ResolutionFailed(host, "no addresses")

@@ -6,9 +6,11 @@ import json
 import time
 import uuid
 
+import psycopg
 import pytest
 
 import outbox
+from outbox import endpoints as ep
 from outbox.receiver import Behaviour, Receiver
 from tests.support.cli import execute, invoke, snapshot
 from tests.support.pg import SCHEMA, count
@@ -52,6 +54,45 @@ def test_unresolvable_host_is_a_warning(db_url: str) -> None:
     assert done.exit_code == 0, done.output
     assert "warning: cannot resolve no-such-host.invalid" in done.stderr
     assert count(db_url, "endpoints") == 1
+
+
+
+# Names RFC 6761 reserves for loopback: refused by name whatever the resolver says.
+LOOPBACK_NAMED = ["http://api.localhost/x", "http://LOCALHOST./x", "http://localhost./x",
+                  "http://a.b.LocalHost.:8080/x"]
+
+
+@pytest.mark.parametrize("url", LOOPBACK_NAMED)
+def test_add_refuses_loopback_names(db_url: str, url: str) -> None:
+    done = invoke(db_url, "endpoints", "add", url)
+    assert done.exit_code == 1, done.output
+    assert done.stderr == (f"error: endpoint URL {url} resolves to 127.0.0.1 "
+                           "(loopback name, RFC 6761); set OUTBOX_ALLOW_NETWORKS to allow it\n")
+    assert count(db_url, "endpoints") == 0
+    with psycopg.connect(db_url, autocommit=True) as c, \
+            pytest.raises(outbox.InvalidEndpoint, match=r"\(loopback name, RFC 6761\)"):
+        ep.add(c, url, schema=SCHEMA, allow_networks=())
+    assert count(db_url, "endpoints") == 0
+
+
+def test_update_url_refuses_loopback_names(db_url: str) -> None:
+    endpoint = add_endpoint(db_url, "https://hooks.example.com/x")
+    before = snapshot(db_url)
+    for url in ("http://api.localhost/x", "http://LOCALHOST./x"):
+        done = invoke(db_url, "endpoints", "update", str(endpoint), "--url", url)
+        assert done.exit_code == 1, done.output
+        assert f"error: endpoint URL {url} resolves to 127.0.0.1 (loopback name" in done.stderr
+        with psycopg.connect(db_url, autocommit=True) as c, \
+                pytest.raises(outbox.InvalidEndpoint, match="loopback name"):
+            ep.update(c, endpoint, schema=SCHEMA, url=url, allow_networks=())
+    assert snapshot(db_url) == before
+
+
+def test_allow_networks_lets_loopback_names_register(db_url: str) -> None:
+    for url in ("http://api.localhost:8080/x", "http://LOCALHOST.:8080/x"):
+        done = invoke(db_url, "endpoints", "add", url, env=LOOPBACK)
+        assert done.exit_code == 0, done.output  # (a warning if this host cannot resolve it)
+    assert count(db_url, "endpoints") == 2
 
 
 def test_bad_allow_networks_setting(db_url: str) -> None:

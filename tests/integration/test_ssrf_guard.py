@@ -184,6 +184,36 @@ def test_private_literals_are_refused_without_connecting(dns: Stub, url: str) ->
     assert dns.calls == []
 
 
+
+@pytest.mark.parametrize("host", ["localhost", "LOCALHOST.", "api.localhost", "Api.LocalHost."])
+def test_loopback_names_are_refused_by_name_without_a_lookup(dns: Stub, host: str) -> None:
+    """RFC 6761 loopback names: refused whatever the resolver would answer (here: an
+    address the allowlist would let through), and never looked up."""
+    dns.script(host.lower().rstrip("."), [PUBLIC])
+
+    async def go() -> tuple[AttemptResult, Server]:
+        async with serving(server := Server(PUBLIC)), \
+                worker_transport(allow="10.0.0.0/8") as transport:
+            return await post(transport, server.url(host=host)), server
+
+    result, server = asyncio.run(go())
+    assert_refused(result, "127.0.0.1")
+    assert "loopback name, RFC 6761" in (result.error or "")
+    assert server.connections == [] and dns.calls == []
+
+
+def test_loopback_names_are_delivered_when_loopback_is_allowed(dns: Stub) -> None:
+    dns.script("api.localhost", [PUBLIC])
+
+    async def go() -> tuple[AttemptResult, Server]:
+        async with serving(server := Server(PUBLIC)), worker_transport() as transport:
+            return await post(transport, server.url(host="api.localhost")), server
+
+    result, server = asyncio.run(go())
+    assert result.verdict == Verdict.DELIVERED, result
+    assert len(server.connections) == 1
+
+
 # -- TLS to the pinned address, checked against the URL's host name -----------------------------
 
 

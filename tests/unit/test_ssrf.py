@@ -9,6 +9,7 @@ import socket
 import httpx
 import pytest
 
+from outbox.delivery.pinning import GuardedResolver
 from outbox.errors import InvalidEndpoint, OutboxError
 from outbox.ssrf import (
     BlockedAddress,
@@ -262,3 +263,39 @@ def test_blocked_reason_walks_the_chain() -> None:
     loop.__context__ = KeyError("b")
     loop.__context__.__context__ = loop
     assert blocked_reason(loop) is None
+
+
+# --- the delivery guard refuses names RFC 6761 reserves for loopback, by name ----------------
+
+@pytest.mark.parametrize("host", ["localhost", "localhost.", "LOCALHOST.", "api.localhost",
+                                  "api.localhost.", "a.b.LocalHost."])
+@pytest.mark.parametrize("allow", ["", "10.0.0.0/8", "127.0.0.2/32"])
+def test_guarded_resolver_refuses_loopback_names_without_a_lookup(host: str, allow: str) -> None:
+    stub = Stub("93.184.216.34")  # whatever a resolver would answer is never asked
+    guard = GuardedResolver(parse_networks(allow), resolver=stub)
+    with pytest.raises(BlockedAddress, match=r"\(loopback name, RFC 6761\)") as info:
+        asyncio.run(guard.resolve(host, 80))
+    assert info.value.host == host and info.value.address == ip("127.0.0.1")
+    assert stub.calls == []
+
+
+@pytest.mark.parametrize(("allow", "answer"), [("127.0.0.0/8", "127.0.0.1"), ("::1", "::1")])
+def test_guarded_resolver_resolves_loopback_names_when_loopback_is_allowed(
+    allow: str, answer: str
+) -> None:
+    stub = Stub(answer)
+    guard = GuardedResolver(parse_networks(allow), resolver=stub)
+    got = asyncio.run(guard.resolve("api.localhost", 80))
+    assert [r["host"] for r in got] == [answer]
+    assert stub.calls == [("api.localhost", 80)]
+    unresolvable = GuardedResolver(parse_networks(allow), resolver=Stub())
+    with pytest.raises(ResolutionFailed):
+        asyncio.run(unresolvable.resolve("LOCALHOST.", 80))
+
+
+@pytest.mark.parametrize("host", ["localhost.example.com", "mylocalhost", "localhost-foo.com"])
+def test_guarded_resolver_near_misses_are_looked_up(host: str) -> None:
+    stub = Stub("93.184.216.34")
+    got = asyncio.run(GuardedResolver(resolver=stub).resolve(host, 443))
+    assert [r["host"] for r in got] == ["93.184.216.34"]
+    assert stub.calls == [(host, 443)]

@@ -15,7 +15,9 @@ from outbox.ssrf import (
     IPAddress,
     ResolutionFailed,
     SyncResolver,
+    check_name,
     check_url_sync,
+    is_loopback_name,
     parse_networks,
 )
 
@@ -98,3 +100,82 @@ def test_registration_message_and_warning(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(socket, "getaddrinfo", fails)
     (warning,) = check_destination("https://offline.example/h", ())
     assert "cannot resolve offline.example" in warning and "registered anyway" in warning
+
+
+# --- names RFC 6761 reserves for loopback: refused by name, before any lookup ------------
+
+LOOPBACK_NAMES = [
+    "localhost", "localhost.", "LOCALHOST", "LOCALHOST.", "LocalHost", "api.localhost",
+    "api.localhost.", "API.LOCALHOST", "a.b.c.localhost", "x.LocalHost.",
+    "\uff2c\uff2f\uff23\uff21\uff2c\uff28\uff2f\uff33\uff34",  # full-width, IDNA: "localhost"
+]
+NEAR_MISSES = [
+    "localhost.example.com", "mylocalhost", "localhost-foo.com", "localhostx",
+    "xlocalhost.", "localhost.com", "api.localhost.example", "local-host", "localhost4",
+]
+
+
+def never(host: str, port: int) -> list[IPAddress]:
+    raise AssertionError(f"no lookup for a loopback name ({host})")
+
+
+@pytest.mark.parametrize("name", LOOPBACK_NAMES)
+def test_loopback_names_are_refused_without_a_lookup(name: str) -> None:
+    ascii_name = name.encode("idna").decode("ascii")
+    assert is_loopback_name(ascii_name)
+    with pytest.raises(BlockedAddress) as info:
+        check_url_sync(f"http://{name}:8080/hooks", (), resolver=never)
+    assert info.value.address == ip("127.0.0.1")
+    assert info.value.reason == "loopback name, RFC 6761"
+    with pytest.raises(BlockedAddress):
+        check_name(ascii_name, ())
+
+
+@pytest.mark.parametrize("name", NEAR_MISSES)
+def test_near_misses_are_ordinary_names(name: str) -> None:
+    assert not is_loopback_name(name)
+    check_name(name, ())
+    got = check_url_sync(f"https://{name}/x", (), resolver=answering("93.184.216.34"))
+    assert got == ip("93.184.216.34")
+
+
+@pytest.mark.parametrize("name", ["localhost", "LOCALHOST.", "api.localhost"])
+@pytest.mark.parametrize(("allow", "answer"), [
+    ("127.0.0.0/8", "127.0.0.1"), ("127.0.0.1", "127.0.0.1"), ("::1", "::1"),
+    ("10.0.0.0/8, ::1/128", "::1"),
+])
+def test_allowed_loopback_lets_loopback_names_be_looked_up(name: str, allow: str,
+                                                           answer: str) -> None:
+    calls: list[str] = []
+
+    def loopback(host: str, port: int) -> list[IPAddress]:
+        calls.append(host)
+        return [ip(answer)]
+
+    check_name(name, parse_networks(allow))
+    assert check_url_sync(f"http://{name}/x", parse_networks(allow),
+                          resolver=loopback) == ip(answer)
+    assert calls == [name.lower()]  # looked up, then checked address by address as before
+
+
+@pytest.mark.parametrize("allow", ["", "10.0.0.0/8", "127.0.0.2/32", "fd00::/8",
+                                   "::ffff:127.0.0.1/128"])
+def test_an_allowlist_without_loopback_still_refuses_loopback_names(allow: str) -> None:
+    with pytest.raises(BlockedAddress, match="loopback name"):
+        check_url_sync("http://api.localhost/x", parse_networks(allow), resolver=never)
+
+
+def test_an_allowed_name_still_has_its_addresses_checked() -> None:
+    with pytest.raises(BlockedAddress) as info:
+        check_url_sync("http://localhost/x", parse_networks("127.0.0.0/8"),
+                       resolver=answering("127.0.0.1", "::1"))
+    assert info.value.address == ip("::1")
+
+
+def test_loopback_name_registration_message() -> None:
+    for url in ("http://api.localhost/x", "http://LOCALHOST./x"):
+        with pytest.raises(InvalidEndpoint) as info:
+            check_destination(url, ())
+        assert str(info.value) == (
+            f"endpoint URL {url} resolves to 127.0.0.1 (loopback name, RFC 6761); "
+            "set OUTBOX_ALLOW_NETWORKS to allow it")
