@@ -16,8 +16,8 @@ GRANT USAGE ON SCHEMA :"schema" TO :"app_role", :"worker_role";
 
 -- app
 GRANT INSERT ON :"schema".events, :"schema".deliveries TO :"app_role";
-GRANT SELECT (id, type, idempotency_key) ON :"schema".events TO :"app_role";
-GRANT SELECT (id, enabled, event_types) ON :"schema".endpoints TO :"app_role";
+GRANT SELECT (id, type, tenant, idempotency_key) ON :"schema".events TO :"app_role";
+GRANT SELECT (id, tenant, all_tenants, enabled, event_types) ON :"schema".endpoints TO :"app_role";
 
 -- worker
 GRANT SELECT, UPDATE, DELETE ON :"schema".deliveries TO :"worker_role";

@@ -2,7 +2,9 @@
 
 ``emit(conn, event)`` runs ONE statement on the caller's psycopg connection, inside the
 caller's transaction: it inserts the event and one ``deliveries`` row per enabled endpoint
-subscribed to the event's type (fan-out is as transactional as the event).
+of the event's tenant (plus the all-tenants endpoints) whose type filter matches (fan-out
+is as transactional as the event; the routing rule is ``queries._FAN_OUT``'s, the only
+one, and reads the tenant's endpoints by index).
 
 Guarantees:
 
@@ -52,14 +54,6 @@ class _Batch:
 
 
 @dataclass(frozen=True, slots=True)
-class _Subscriber:
-    """An enabled endpoint (SUBSCRIBERS) and the event types it takes (None: all)."""
-
-    id: uuid.UUID
-    event_types: list[str] | None
-
-
-@dataclass(frozen=True, slots=True)
 class _KeyOwner:
     """The event holding an idempotency key (EVENT_ID_BY_IDEMPOTENCY_KEY)."""
 
@@ -69,7 +63,6 @@ class _KeyOwner:
 
 # Every read runs on a cursor with its own row factory: the caller's connection may have
 # any row_factory (dict_row, ...), and what outbox reads must not depend on it.
-_SUBSCRIBER_ROW = class_row(_Subscriber)
 _KEY_OWNER_ROW = class_row(_KeyOwner)
 
 
@@ -94,17 +87,18 @@ def _settings_schema(schema: str | None, settings: Settings | None) -> tuple[Set
 def _plan_one(event: Event, settings: Settings, schema: str) -> tuple[str, Any, PreparedEvent]:
     ev = prepare(event, settings.max_payload_bytes)
     if ev.idempotency_key is None:
-        params: Any = (ev.id, ev.type, ev.payload, ev.key, current_traceparent())
+        params: Any = (ev.id, ev.type, ev.payload, ev.key, current_traceparent(), ev.tenant)
         return render(queries.EMIT_ONE, schema), params, ev
     params = {
         "id": ev.id, "type": ev.type, "payload": ev.payload, "key": ev.key,
-        "ikey": ev.idempotency_key, "traceparent": current_traceparent(),
+        "ikey": ev.idempotency_key, "traceparent": current_traceparent(), "tenant": ev.tenant,
     }
     return render(queries.EMIT_ONE_IDEMPOTENT, schema), params, ev
 
 
 def _plan_many(events: Iterable[Event], settings: Settings, schema: str) -> _Batch:
-    cols: dict[str, list[Any]] = {k: [] for k in ("ids", "types", "payloads", "keys", "ikeys")}
+    cols: dict[str, list[Any]] = {
+        k: [] for k in ("ids", "types", "payloads", "keys", "ikeys", "tenants")}
     traceparent = current_traceparent()
     batch = _Batch(render(queries.EMIT_MANY, schema), cols)
     first_by_key: dict[str, int] = {}
@@ -117,55 +111,51 @@ def _plan_many(events: Iterable[Event], settings: Settings, schema: str) -> _Bat
             first_by_key[ev.idempotency_key] = len(cols["ids"])
         batch.slots.append(len(cols["ids"]))
         for name, value in zip(
-            cols, (ev.id, ev.type, ev.payload, ev.key, ev.idempotency_key), strict=True
+            cols, (ev.id, ev.type, ev.payload, ev.key, ev.idempotency_key, ev.tenant),
+            strict=True
         ):
             cols[name].append(value)
     cols["traceparents"] = [traceparent] * len(cols["ids"])
     return batch
 
 
-def _fan_out(batch: _Batch, endpoints: Sequence[_Subscriber]) -> list[tuple[Any, Any]]:
-    """(event id, endpoint id) for every enabled endpoint subscribed to each event's type."""
-    ids, types = batch.params["ids"], batch.params["types"]
-    return [(eid, ep.id) for eid, etype in zip(ids, types, strict=True)
-            for ep in endpoints if ep.event_types is None or etype in ep.event_types]
-
-
 def _copyable(batch: _Batch) -> bool:
     return len(batch.slots) > 1 and not any(batch.params["ikeys"])
 
 
-def _copy_many(conn: psycopg.Connection[Any], batch: _Batch, schema: str) -> list[uuid.UUID]:
-    with conn.cursor(row_factory=_SUBSCRIBER_ROW) as cur:
-        endpoints = cur.execute(render(queries.SUBSCRIBERS, schema)).fetchall()
+def _event_rows(batch: _Batch) -> Iterable[tuple[Any, ...]]:
     p = batch.params
-    with conn.cursor().copy(render(queries.COPY_EVENTS, schema)) as copy:
-        copy.set_types(["uuid", "text", "text", "text", "text"])  # json's binary form: text
-        for row in zip(p["ids"], p["types"], p["payloads"], p["keys"], p["traceparents"],
-                       strict=True):
-            copy.write_row(row)
-    with conn.cursor().copy(render(queries.COPY_DELIVERIES, schema)) as copy:
-        copy.set_types(["uuid", "uuid"])
-        for pair in _fan_out(batch, endpoints):
-            copy.write_row(pair)
-    return list(p["ids"])
+    return zip(p["ids"], p["types"], p["payloads"], p["keys"], p["traceparents"], p["tenants"],
+               strict=True)
+
+
+def _fan_out_params(batch: _Batch) -> dict[str, list[Any]]:
+    p = batch.params
+    return {"ids": p["ids"], "types": p["types"], "tenants": p["tenants"]}
+
+
+_EVENT_COPY_TYPES = ["uuid", "text", "text", "text", "text", "text"]  # json's binary form: text
+
+
+def _copy_many(conn: psycopg.Connection[Any], batch: _Batch, schema: str) -> list[uuid.UUID]:
+    with conn.cursor() as cur:
+        with cur.copy(render(queries.COPY_EVENTS, schema)) as copy:
+            copy.set_types(_EVENT_COPY_TYPES)
+            for row in _event_rows(batch):
+                copy.write_row(row)
+        cur.execute(render(queries.FAN_OUT_MANY, schema), _fan_out_params(batch))
+    return list(batch.params["ids"])
 
 
 async def _copy_many_async(conn: psycopg.AsyncConnection[Any], batch: _Batch, schema: str
                            ) -> list[uuid.UUID]:
-    async with conn.cursor(row_factory=_SUBSCRIBER_ROW) as cur:
-        endpoints = await (await cur.execute(render(queries.SUBSCRIBERS, schema))).fetchall()
-    p = batch.params
-    async with conn.cursor().copy(render(queries.COPY_EVENTS, schema)) as copy:
-        copy.set_types(["uuid", "text", "text", "text", "text"])  # json's binary form: text
-        for row in zip(p["ids"], p["types"], p["payloads"], p["keys"], p["traceparents"],
-                       strict=True):
-            await copy.write_row(row)
-    async with conn.cursor().copy(render(queries.COPY_DELIVERIES, schema)) as copy:
-        copy.set_types(["uuid", "uuid"])
-        for pair in _fan_out(batch, endpoints):
-            await copy.write_row(pair)
-    return list(p["ids"])
+    async with conn.cursor() as cur:
+        async with cur.copy(render(queries.COPY_EVENTS, schema)) as copy:
+            copy.set_types(_EVENT_COPY_TYPES)
+            for row in _event_rows(batch):
+                await copy.write_row(row)
+        await cur.execute(render(queries.FAN_OUT_MANY, schema), _fan_out_params(batch))
+    return list(batch.params["ids"])
 
 
 def _key_owners(conn: psycopg.Connection[Any], schema: str, keys: list[str]
@@ -236,8 +226,8 @@ def emit_many(
     input order.
 
     All events are validated before any SQL: one invalid event writes none of them.
-    Without idempotency keys the rows go by binary COPY (events, then their fan-out over
-    the enabled endpoints read in the same transaction); with any key, by one
+    Without idempotency keys the events go by binary COPY, then their fan-out by one
+    statement (the same routing rule as :func:`emit`); with any key, by one
     ``INSERT ... ON CONFLICT`` statement. Either way it all commits or rolls back with
     the caller's transaction.
     """

@@ -27,8 +27,9 @@ from psycopg.types.json import Jsonb
 
 from outbox import queries
 from outbox.db import render, translated
-from outbox.errors import EndpointNotFound, InvalidEndpoint, InvalidEvent, OperationRefused
-from outbox.event import check_type, new_id
+from outbox.errors import EndpointNotFound, InvalidEndpoint, OperationRefused
+from outbox.event import new_id
+from outbox.routing import validate_filters, validate_scope
 from outbox.secretbox import SecretBox
 from outbox.settings import get_settings
 from outbox.signing import decode_secret, generate_secret
@@ -49,6 +50,8 @@ class Endpoint:
     id: uuid.UUID
     url: str
     description: str
+    tenant: str | None  # None: tenant-less, or every tenant if all_tenants
+    all_tenants: bool
     event_types: list[str] | None
     headers: dict[str, str]
     enabled: bool
@@ -153,17 +156,6 @@ def check_destination(url: str, allow_networks: Sequence[IPNetwork]) -> tuple[st
     return ()
 
 
-def _validate_types(event_types: Sequence[str] | None) -> list[str] | None:
-    if not event_types:
-        return None
-    try:
-        for t in event_types:
-            check_type(t)
-    except InvalidEvent as exc:
-        raise InvalidEndpoint(f"event-type filter: {exc}") from exc
-    return sorted(set(event_types))
-
-
 # The ENDPOINT_* queries return queries._ENDPOINT_COLUMNS: Endpoint's fields, by name.
 _ENDPOINT_ROW = class_row(Endpoint)
 
@@ -174,6 +166,8 @@ def add(
     *,
     schema: str,
     event_types: Sequence[str] | None = None,
+    tenant: str | None = None,
+    all_tenants: bool = False,
     secret: str | None = None,
     headers: Mapping[str, str] | None = None,
     description: str = "",
@@ -187,6 +181,10 @@ def add(
 ) -> Created:
     """Register an endpoint. Without ``secret`` one is generated and returned once.
 
+    ``tenant`` scopes it to that tenant's events; ``all_tenants`` opts it in to every
+    tenant's (and tenant-less) events; neither: tenant-less (:mod:`outbox.routing`).
+    ``event_types`` are exact types, ``'prefix.*'`` patterns or ``'*'``; none: every type.
+
     With ``allow_networks`` the URL also passes :func:`check_destination` first
     (``None``, the library default, skips that check; the CLI always passes it).
     The secret is stored sealed by ``box`` (default: ``OUTBOX_SECRET_KEY``'s).
@@ -196,7 +194,9 @@ def add(
         "id": new_id(),
         "url": url,
         "description": description,
-        "event_types": _validate_types(event_types),
+        "tenant": validate_scope(tenant, all_tenants),
+        "all_tenants": bool(all_tenants),
+        "event_types": validate_filters(event_types),
         "headers": Jsonb(validate_headers(headers)),
         "max_attempts": _positive("max_attempts", max_attempts, upper=100),
         "retry_base_seconds": _positive("retry_base_seconds", retry_base_seconds),
@@ -225,10 +225,16 @@ def _positive(name: str, value: float | None, upper: float | None = None) -> Any
     return value
 
 
-def list_all(conn: psycopg.Connection[Any], *, schema: str) -> list[Endpoint]:
-    """Every endpoint, oldest first."""
+def list_all(conn: psycopg.Connection[Any], *, schema: str, tenant: str | None = None
+             ) -> list[Endpoint]:
+    """Every endpoint, oldest first; with ``tenant``, only that tenant's (not the
+    all-tenants ones)."""
+    validate_scope(tenant, all_tenants=False)
     with translated(), conn.cursor(row_factory=_ENDPOINT_ROW) as cur:
-        cur.execute(render(queries.ENDPOINT_LIST, schema))
+        if tenant is None:
+            cur.execute(render(queries.ENDPOINT_LIST, schema))
+        else:
+            cur.execute(render(queries.ENDPOINT_LIST_TENANT, schema), (tenant,))
         return cur.fetchall()
 
 
@@ -305,7 +311,7 @@ def update(
     params = {
         "id": eid, "url": url, "description": description,
         "set_types": bool(event_types) or all_event_types,
-        "event_types": _validate_types(event_types),
+        "event_types": validate_filters(event_types),
         "headers": Jsonb(validate_headers(headers)), "clear_headers": clear_headers,
         "max_attempts": _positive("max_attempts", max_attempts, upper=100),
         "retry_base_seconds": _positive("retry_base_seconds", retry_base_seconds),

@@ -14,6 +14,7 @@ from outbox.errors import InvalidEvent
 
 TYPE_MAX_LENGTH = 128
 KEY_MAX_LENGTH = 255
+TENANT_MAX_LENGTH = 128
 # Dotted names such as "invoice.paid" or "user:created"; no spaces or control characters.
 _TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/\-]*$")
 # One encoder for every payload: json.dumps with non-default options builds a new one per call.
@@ -22,17 +23,21 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(","
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """An event to deliver to every enabled endpoint subscribed to ``type``.
+    """An event to deliver to every enabled endpoint of its tenant subscribed to ``type``.
 
     ``payload`` is any JSON-serialisable value; it is serialised once, at emit time, and
     those exact bytes are what every delivery signs and POSTs. ``key`` is an optional
     ordering key. ``idempotency_key``, when given, makes re-emitting the same key a no-op.
+    ``tenant`` (1-128 characters, no control characters) scopes delivery: the event
+    reaches only the endpoints registered for that tenant, plus those that opted in to
+    every tenant; a tenant-less event (None) reaches the tenant-less endpoints only.
     """
 
     type: str
     payload: Any
     key: str | None = None
     idempotency_key: str | None = None
+    tenant: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +49,7 @@ class PreparedEvent:
     payload: str
     key: str | None
     idempotency_key: str | None
+    tenant: str | None
 
 
 def new_id() -> uuid.UUID:
@@ -58,6 +64,7 @@ def prepare(event: Event, max_payload_bytes: int) -> PreparedEvent:
     check_type(event.type)
     _check_key("key", event.key)
     _check_key("idempotency_key", event.idempotency_key)
+    check_tenant(event.tenant)
     try:
         body = _ENCODER.encode(event.payload)
     except (TypeError, ValueError, RecursionError) as exc:
@@ -68,7 +75,8 @@ def prepare(event: Event, max_payload_bytes: int) -> PreparedEvent:
             f"payload of {event.type!r} is {size} bytes, over the {max_payload_bytes}-byte limit"
             " (OUTBOX_MAX_PAYLOAD_BYTES)"
         )
-    return PreparedEvent(new_id(), event.type, body, event.key, event.idempotency_key)
+    return PreparedEvent(new_id(), event.type, body, event.key, event.idempotency_key,
+                         event.tenant)
 
 
 def check_type(value: object) -> None:
@@ -81,6 +89,18 @@ def check_type(value: object) -> None:
             f"event type {value!r} is malformed: use letters, digits and . _ : / - "
             "(e.g. 'invoice.paid')"
         )
+
+
+def check_tenant(value: object) -> None:
+    """A tenant id: None (tenant-less), or 1-128 characters without control characters."""
+    if value is None:
+        return
+    if not isinstance(value, str) or not value:
+        raise InvalidEvent("tenant must be a non-empty string or None")
+    if len(value) > TENANT_MAX_LENGTH:
+        raise InvalidEvent(f"tenant is {len(value)} characters, over {TENANT_MAX_LENGTH}")
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise InvalidEvent("tenant contains control characters")
 
 
 def _check_key(name: str, value: object) -> None:

@@ -7,20 +7,37 @@ always bound parameters (``%s`` / ``%(name)s``), never formatted into the text.
 from __future__ import annotations
 
 # --- emit -------------------------------------------------------------------------------
-# One statement: the event row and one delivery per enabled, subscribed endpoint.
+# Fan-out, in the same statement as the event rows ``ins(id, type, tenant)``: one delivery
+# per enabled endpoint of the event's tenant (a tenant-less event: the tenant-less
+# endpoints) plus the all-tenants endpoints, whose type filter matches. Each branch is an
+# index lookup (endpoints_by_tenant, endpoints_all_tenants: migration 0004), so the cost
+# follows the event's own tenant's endpoints, never the number of endpoints or tenants
+# (tests/integration/test_routing_plan.py fails on a plan that scans endpoints).
+# A filter is an exact type or a prefix pattern 'invoice.*' (stored as written; '*' alone
+# is stored as NULL, every type): outbox.routing validates them at registration.
 _FAN_OUT = """
     INSERT INTO {schema}.deliveries (event_id, endpoint_id)
     SELECT ins.id, ep.id
-      FROM ins JOIN {schema}.endpoints ep
-        ON ep.enabled AND (ep.event_types IS NULL OR ins.type = ANY (ep.event_types))
+      FROM ins CROSS JOIN LATERAL (
+            SELECT p.id, p.event_types FROM {schema}.endpoints p
+             WHERE p.tenant = ins.tenant AND p.enabled
+            UNION ALL
+            SELECT p.id, p.event_types FROM {schema}.endpoints p
+             WHERE ins.tenant IS NULL AND p.tenant IS NULL AND p.enabled AND NOT p.all_tenants
+            UNION ALL
+            SELECT p.id, p.event_types FROM {schema}.endpoints p
+             WHERE p.all_tenants AND p.enabled) ep
+     WHERE ep.event_types IS NULL OR ins.type = ANY (ep.event_types)
+        OR EXISTS (SELECT FROM unnest(ep.event_types) f
+                    WHERE f LIKE '%%.*' AND starts_with(ins.type, left(f, -1)))
 """
 
 EMIT_ONE = (
     """
 WITH ins AS (
-    INSERT INTO {schema}.events (id, type, payload, key, idempotency_key, traceparent)
-    VALUES (%s, %s, %s::json, %s, NULL, %s)
-    RETURNING id, type)
+    INSERT INTO {schema}.events (id, type, payload, key, idempotency_key, traceparent, tenant)
+    VALUES (%s, %s, %s::json, %s, NULL, %s, %s)
+    RETURNING id, type, tenant)
 """
     + _FAN_OUT
 )
@@ -28,10 +45,11 @@ WITH ins AS (
 # With an idempotency key: a conflict inserts nothing and returns the first event's id.
 EMIT_ONE_IDEMPOTENT = """
 WITH ins AS (
-    INSERT INTO {schema}.events (id, type, payload, key, idempotency_key, traceparent)
-    VALUES (%(id)s, %(type)s, %(payload)s::json, %(key)s, %(ikey)s, %(traceparent)s)
+    INSERT INTO {schema}.events (id, type, payload, key, idempotency_key, traceparent, tenant)
+    VALUES (%(id)s, %(type)s, %(payload)s::json, %(key)s, %(ikey)s, %(traceparent)s,
+            %(tenant)s)
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING id, type),
+    RETURNING id, type, tenant),
 fan AS (""" + _FAN_OUT + """)
 SELECT id FROM ins
 UNION ALL
@@ -43,13 +61,14 @@ SELECT id FROM {schema}.events
 EMIT_MANY = """
 WITH input AS (
     SELECT * FROM unnest(%(ids)s::uuid[], %(types)s::text[], %(payloads)s::text[],
-                         %(keys)s::text[], %(ikeys)s::text[], %(traceparents)s::text[])
-           WITH ORDINALITY AS t(id, type, payload, key, ikey, traceparent, ord)),
+                         %(keys)s::text[], %(ikeys)s::text[], %(traceparents)s::text[],
+                         %(tenants)s::text[])
+           WITH ORDINALITY AS t(id, type, payload, key, ikey, traceparent, tenant, ord)),
 ins AS (
-    INSERT INTO {schema}.events (id, type, payload, key, idempotency_key, traceparent)
-    SELECT id, type, payload::json, key, ikey, traceparent FROM input ORDER BY ord
+    INSERT INTO {schema}.events (id, type, payload, key, idempotency_key, traceparent, tenant)
+    SELECT id, type, payload::json, key, ikey, traceparent, tenant FROM input ORDER BY ord
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING id, type),
+    RETURNING id, type, tenant),
 fan AS (""" + _FAN_OUT + """)
 SELECT COALESCE(ins.id, old.id) AS id
   FROM input
@@ -58,13 +77,16 @@ SELECT COALESCE(ins.id, old.id) AS id
  ORDER BY input.ord
 """
 
-# Bulk without idempotency keys: binary COPY of events and of their fan-out, computed from
-# the enabled endpoints read in the same transaction (about 1.7x the INSERT ... unnest rate).
-SUBSCRIBERS = "SELECT id, event_types FROM {schema}.endpoints WHERE enabled"  # emit._Subscriber
+# Bulk without idempotency keys: the events by binary COPY (about 1.7x the INSERT ...
+# unnest rate), then their fan-out in one statement over the same arrays.
 COPY_EVENTS = """
-COPY {schema}.events (id, type, payload, key, traceparent) FROM STDIN (FORMAT BINARY)
+COPY {schema}.events (id, type, payload, key, traceparent, tenant) FROM STDIN (FORMAT BINARY)
 """
-COPY_DELIVERIES = "COPY {schema}.deliveries (event_id, endpoint_id) FROM STDIN (FORMAT BINARY)"
+FAN_OUT_MANY = """
+WITH ins AS (
+    SELECT * FROM unnest(%(ids)s::uuid[], %(types)s::text[], %(tenants)s::text[])
+        AS t(id, type, tenant))
+""" + _FAN_OUT
 
 # Second look for an idempotency key another transaction committed during our statement.
 EVENT_ID_BY_IDEMPOTENCY_KEY = """
@@ -73,7 +95,7 @@ SELECT idempotency_key, id FROM {schema}.events WHERE idempotency_key = ANY (%s:
 
 # --- endpoints --------------------------------------------------------------------------
 _ENDPOINT_COLUMNS = """
-    id, url, description, event_types, headers, enabled, disabled_reason,
+    id, url, description, tenant, all_tenants, event_types, headers, enabled, disabled_reason,
     max_attempts, retry_base_seconds, retry_cap_seconds, timeout_seconds, max_in_flight,
     previous_secret_expires_at, created_at, updated_at
 """
@@ -81,9 +103,10 @@ _ENDPOINT_COLUMNS = """
 ENDPOINT_INSERT = (
     """
 INSERT INTO {schema}.endpoints
-    (id, url, description, secret, event_types, headers,
+    (id, url, description, tenant, all_tenants, secret, event_types, headers,
      max_attempts, retry_base_seconds, retry_cap_seconds, timeout_seconds, max_in_flight)
-VALUES (%(id)s, %(url)s, %(description)s, %(secret)s, %(event_types)s, %(headers)s,
+VALUES (%(id)s, %(url)s, %(description)s, %(tenant)s, %(all_tenants)s, %(secret)s,
+        %(event_types)s, %(headers)s,
         %(max_attempts)s, %(retry_base_seconds)s, %(retry_cap_seconds)s,
         %(timeout_seconds)s, %(max_in_flight)s)
 RETURNING"""
@@ -91,6 +114,11 @@ RETURNING"""
 )
 
 ENDPOINT_LIST = "SELECT" + _ENDPOINT_COLUMNS + "FROM {schema}.endpoints ORDER BY created_at, id"
+# One tenant's endpoints (by endpoints_by_tenant).
+ENDPOINT_LIST_TENANT = (
+    "SELECT" + _ENDPOINT_COLUMNS + "FROM {schema}.endpoints WHERE tenant = %s"
+    " ORDER BY created_at, id"
+)
 
 ENDPOINT_GET = "SELECT" + _ENDPOINT_COLUMNS + "FROM {schema}.endpoints WHERE id = %s"
 

@@ -11,7 +11,7 @@ import click
 from outbox import endpoints as ep
 from outbox.cli import Context, cli, pass_ctx
 from outbox.cli.output import print_table
-from outbox.cli.params import delivery_options
+from outbox.cli.params import delivery_options, tenant_option
 
 
 def parse_headers(values: tuple[str, ...]) -> dict[str, str]:
@@ -45,8 +45,8 @@ def endpoints() -> None:
 
     \b
     Examples:
-      outbox endpoints add https://example.com/hooks --event-type invoice.paid
-      outbox endpoints list --json
+      outbox endpoints add https://example.com/hooks --tenant acme --event-type 'invoice.*'
+      outbox endpoints list --tenant acme --json
       outbox endpoints disable 0193...  --reason "customer asked"
       outbox endpoints rotate-secret 0193... --grace 24h
       outbox endpoints ping 0193...
@@ -56,7 +56,10 @@ def endpoints() -> None:
 @endpoints.command("add")
 @click.argument("url")
 @click.option("--event-type", "event_types", multiple=True, metavar="TYPE",
-              help="Deliver only this event type (repeatable). Default: every type.")
+              help="Deliver only this event type, or 'prefix.*' (repeatable). Default: '*'.")
+@tenant_option("Receive only this tenant's events (default: tenant-less events only).")
+@click.option("--all-tenants", is_flag=True,
+              help="Receive every tenant's events (an internal consumer; never a default).")
 @click.option("--secret", default=None, metavar="whsec_...",
               help="Signing secret (whsec_ + base64 of 24-64 bytes). Default: generated.")
 @click.option("--header", "headers", multiple=True, metavar="K=V",
@@ -64,7 +67,8 @@ def endpoints() -> None:
 @click.option("--description", default="", help="Free text shown in listings.")
 @delivery_options
 @pass_ctx
-def add(ctx: Context, url: str, event_types: tuple[str, ...], secret: str | None,
+def add(ctx: Context, url: str, event_types: tuple[str, ...], tenant: str | None,
+        all_tenants: bool, secret: str | None,
         headers: tuple[str, ...], description: str, max_attempts: int | None,
         retry_base_seconds: float | None, retry_cap_seconds: float | None,
         timeout_seconds: float | None) -> None:
@@ -75,15 +79,20 @@ def add(ctx: Context, url: str, event_types: tuple[str, ...], secret: str | None
     (e.g. 127.0.0.0/8 for a local receiver). A host that does not resolve yet is only a
     warning: the worker checks the address again before every delivery.
 
+    An endpoint with --tenant receives only that tenant's events; one without receives
+    only tenant-less events; --all-tenants receives every event.
+
     \b
-    Example:
+    Examples:
       outbox endpoints add https://example.com/hooks --event-type invoice.paid \\
           --header "X-Team=billing"
+      outbox endpoints add https://acme.example/hooks --tenant acme --event-type 'invoice.*'
     """
     parsed = parse_headers(headers)
     with ctx.connect() as conn:
         created = ep.add(
-            conn, url, schema=ctx.schema, event_types=event_types or None, secret=secret,
+            conn, url, schema=ctx.schema, event_types=event_types or None, tenant=tenant,
+            all_tenants=all_tenants, secret=secret,
             headers=parsed, description=description, max_attempts=max_attempts,
             retry_base_seconds=retry_base_seconds, retry_cap_seconds=retry_cap_seconds,
             timeout_seconds=timeout_seconds, allow_networks=ctx.allow_networks(),
@@ -95,23 +104,30 @@ def add(ctx: Context, url: str, event_types: tuple[str, ...], secret: str | None
         click.echo("(the secret is shown only now: store it with the receiver)", err=True)
 
 
+def tenant_label(endpoint: ep.Endpoint) -> str:
+    """``(all)`` for an all-tenants endpoint, ``-`` for a tenant-less one."""
+    return "(all)" if endpoint.all_tenants else endpoint.tenant or "-"
+
+
 @endpoints.command("list")
+@tenant_option("Only this tenant's endpoints.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON array, for scripts.")
 @pass_ctx
-def list_(ctx: Context, as_json: bool) -> None:
-    """List endpoints (secrets are never shown)."""
+def list_(ctx: Context, tenant: str | None, as_json: bool) -> None:
+    """List endpoints (secrets are never shown). The tenant column shows (all) for an
+    endpoint that receives every tenant's events and - for a tenant-less one."""
     with ctx.connect() as conn:
-        rows = ep.list_all(conn, schema=ctx.schema)
+        rows = ep.list_all(conn, schema=ctx.schema, tenant=tenant)
     if as_json:
         click.echo(json.dumps([endpoint_json(r) for r in rows], indent=2))
         return
     table = [
-        [str(r.id), r.url, ",".join(r.event_types) if r.event_types else "*",
+        [str(r.id), tenant_label(r), r.url, ",".join(r.event_types) if r.event_types else "*",
          "yes" if r.enabled else f"no ({r.disabled_reason})",
          r.created_at.strftime("%Y-%m-%d %H:%M")]
         for r in rows
     ]
-    print_table(["id", "url", "event types", "enabled", "created"], table)
+    print_table(["id", "tenant", "url", "event types", "enabled", "created"], table)
 
 
 @endpoints.command("disable")

@@ -82,3 +82,8 @@ def delivery_options(f: F) -> F:
     for option in reversed(options):
         f = option(f)
     return f
+
+
+def tenant_option(help_text: str) -> Callable[[F], F]:
+    """``--tenant ID``: scope a command to one tenant (validated by the library)."""
+    return click.option("--tenant", default=None, metavar="ID", help=help_text)
