@@ -129,32 +129,64 @@ def _event_rows(batch: _Batch) -> Iterable[tuple[Any, ...]]:
                strict=True)
 
 
-def _fan_out_params(batch: _Batch) -> dict[str, list[Any]]:
-    p = batch.params
-    return {"ids": p["ids"], "types": p["types"], "tenants": p["tenants"]}
+@dataclass(frozen=True, slots=True)
+class _Route:
+    """An endpoint that takes events of (tenant, type) (ROUTES)."""
+
+    tenant: str | None
+    type: str
+    endpoint_id: uuid.UUID
 
 
+_ROUTE_ROW = class_row(_Route)
 _EVENT_COPY_TYPES = ["uuid", "text", "text", "text", "text", "text"]  # json's binary form: text
 
 
+def _routes_params(batch: _Batch) -> dict[str, list[Any]]:
+    """The batch's distinct (tenant, type) pairs, as ROUTES' arrays."""
+    pairs = sorted(set(zip(batch.params["tenants"], batch.params["types"], strict=True)),
+                   key=lambda pair: (pair[0] or "", pair[1]))
+    return {"tenants": [t for t, _ in pairs], "types": [k for _, k in pairs]}
+
+
+def _deliveries(batch: _Batch, routes: Sequence[_Route]) -> Iterable[tuple[Any, Any]]:
+    """(event id, endpoint id) for every event and every endpoint routed its (tenant, type)."""
+    targets: dict[tuple[str | None, str], list[uuid.UUID]] = {}
+    for route in routes:
+        targets.setdefault((route.tenant, route.type), []).append(route.endpoint_id)
+    p = batch.params
+    for event_id, tenant, etype in zip(p["ids"], p["tenants"], p["types"], strict=True):
+        for endpoint_id in targets.get((tenant, etype), ()):
+            yield event_id, endpoint_id
+
+
 def _copy_many(conn: psycopg.Connection[Any], batch: _Batch, schema: str) -> list[uuid.UUID]:
-    with conn.cursor() as cur:
+    with conn.cursor(row_factory=_ROUTE_ROW) as cur:
+        routes = cur.execute(render(queries.ROUTES, schema), _routes_params(batch)).fetchall()
         with cur.copy(render(queries.COPY_EVENTS, schema)) as copy:
             copy.set_types(_EVENT_COPY_TYPES)
             for row in _event_rows(batch):
                 copy.write_row(row)
-        cur.execute(render(queries.FAN_OUT_MANY, schema), _fan_out_params(batch))
+        with cur.copy(render(queries.COPY_DELIVERIES, schema)) as copy:
+            copy.set_types(["uuid", "uuid"])
+            for pair in _deliveries(batch, routes):
+                copy.write_row(pair)
     return list(batch.params["ids"])
 
 
 async def _copy_many_async(conn: psycopg.AsyncConnection[Any], batch: _Batch, schema: str
                            ) -> list[uuid.UUID]:
-    async with conn.cursor() as cur:
+    async with conn.cursor(row_factory=_ROUTE_ROW) as cur:
+        await cur.execute(render(queries.ROUTES, schema), _routes_params(batch))
+        routes = await cur.fetchall()
         async with cur.copy(render(queries.COPY_EVENTS, schema)) as copy:
             copy.set_types(_EVENT_COPY_TYPES)
             for row in _event_rows(batch):
                 await copy.write_row(row)
-        await cur.execute(render(queries.FAN_OUT_MANY, schema), _fan_out_params(batch))
+        async with cur.copy(render(queries.COPY_DELIVERIES, schema)) as copy:
+            copy.set_types(["uuid", "uuid"])
+            for pair in _deliveries(batch, routes):
+                await copy.write_row(pair)
     return list(batch.params["ids"])
 
 
@@ -226,10 +258,10 @@ def emit_many(
     input order.
 
     All events are validated before any SQL: one invalid event writes none of them.
-    Without idempotency keys the events go by binary COPY, then their fan-out by one
-    statement (the same routing rule as :func:`emit`); with any key, by one
-    ``INSERT ... ON CONFLICT`` statement. Either way it all commits or rolls back with
-    the caller's transaction.
+    Without idempotency keys the events and their deliveries go by binary COPY, routed by
+    one query over the batch's distinct (tenant, type) pairs (the same rule as
+    :func:`emit`, in SQL); with any key, by one ``INSERT ... ON CONFLICT`` statement.
+    Either way it all commits or rolls back with the caller's transaction.
     """
     s, sch = _settings_schema(schema, settings)
     batch = _plan_many(events, s, sch)

@@ -7,29 +7,55 @@ always bound parameters (``%s`` / ``%(name)s``), never formatted into the text.
 from __future__ import annotations
 
 # --- emit -------------------------------------------------------------------------------
-# Fan-out, in the same statement as the event rows ``ins(id, type, tenant)``: one delivery
-# per enabled endpoint of the event's tenant (a tenant-less event: the tenant-less
-# endpoints) plus the all-tenants endpoints, whose type filter matches. Each branch is an
-# index lookup (endpoints_by_tenant, endpoints_all_tenants: migration 0004), so the cost
-# follows the event's own tenant's endpoints, never the number of endpoints or tenants
+# The routing rule, written once and used by every emit path: the endpoints in scope of a
+# tenant ``t`` are its own enabled endpoints (a tenant-less event: the tenant-less ones)
+# plus the enabled all-tenants endpoints. Each branch is an index lookup
+# (endpoints_by_tenant, endpoints_all_tenants: migration 0004), so the cost follows the
+# tenant's own endpoints, never the number of endpoints or tenants
 # (tests/integration/test_routing_plan.py fails on a plan that scans endpoints).
+
+
+def _scope(t: str) -> str:
+    return f"""(
+            SELECT p.id, p.event_types FROM {{schema}}.endpoints p
+             WHERE p.tenant = {t} AND p.enabled
+            UNION ALL
+            SELECT p.id, p.event_types FROM {{schema}}.endpoints p
+             WHERE {t} IS NULL AND p.tenant IS NULL AND p.enabled AND NOT p.all_tenants
+            UNION ALL
+            SELECT p.id, p.event_types FROM {{schema}}.endpoints p
+             WHERE p.all_tenants AND p.enabled)"""
+
+
 # A filter is an exact type or a prefix pattern 'invoice.*' (stored as written; '*' alone
 # is stored as NULL, every type): outbox.routing validates them at registration.
-_FAN_OUT = """
-    INSERT INTO {schema}.deliveries (event_id, endpoint_id)
+def _takes(types: str, t: str) -> str:
+    return f"""({types} IS NULL OR {t} = ANY ({types})
+        OR EXISTS (SELECT FROM unnest({types}) f
+                    WHERE f LIKE '%%.*' AND starts_with({t}, left(f, -1))))"""
+
+
+# Fan-out of the event rows ``ins(id, type, tenant)``, in the same statement as they are
+# inserted: one delivery per endpoint in scope whose filter takes the type.
+_FAN_OUT = f"""
+    INSERT INTO {{schema}}.deliveries (event_id, endpoint_id)
     SELECT ins.id, ep.id
-      FROM ins CROSS JOIN LATERAL (
-            SELECT p.id, p.event_types FROM {schema}.endpoints p
-             WHERE p.tenant = ins.tenant AND p.enabled
-            UNION ALL
-            SELECT p.id, p.event_types FROM {schema}.endpoints p
-             WHERE ins.tenant IS NULL AND p.tenant IS NULL AND p.enabled AND NOT p.all_tenants
-            UNION ALL
-            SELECT p.id, p.event_types FROM {schema}.endpoints p
-             WHERE p.all_tenants AND p.enabled) ep
-     WHERE ep.event_types IS NULL OR ins.type = ANY (ep.event_types)
-        OR EXISTS (SELECT FROM unnest(ep.event_types) f
-                    WHERE f LIKE '%%.*' AND starts_with(ins.type, left(f, -1)))
+      FROM ins CROSS JOIN LATERAL {_scope("ins.tenant")} ep
+     WHERE {_takes("ep.event_types", "ins.type")}
+"""
+
+# The same for a batch: the rule runs once per distinct (tenant, type) of the batch, not per
+# event (1,000 events over 100 tenants: 100 lookups), then joins back to the events.
+# '' stands for "no tenant" in the join key only (a tenant id is never empty).
+_FAN_OUT_GROUPED = f"""
+    INSERT INTO {{schema}}.deliveries (event_id, endpoint_id)
+    SELECT ins.id, r.endpoint_id
+      FROM ins JOIN (
+            SELECT k.tenant, k.type, ep.id AS endpoint_id
+              FROM (SELECT DISTINCT tenant, type FROM ins) k
+             CROSS JOIN LATERAL {_scope("k.tenant")} ep
+             WHERE {_takes("ep.event_types", "k.type")}) r
+        ON COALESCE(r.tenant, '') = COALESCE(ins.tenant, '') AND r.type = ins.type
 """
 
 EMIT_ONE = (
@@ -69,7 +95,7 @@ ins AS (
     SELECT id, type, payload::json, key, ikey, traceparent, tenant FROM input ORDER BY ord
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, type, tenant),
-fan AS (""" + _FAN_OUT + """)
+fan AS (""" + _FAN_OUT_GROUPED + """)
 SELECT COALESCE(ins.id, old.id) AS id
   FROM input
   LEFT JOIN ins ON ins.id = input.id
@@ -77,16 +103,20 @@ SELECT COALESCE(ins.id, old.id) AS id
  ORDER BY input.ord
 """
 
-# Bulk without idempotency keys: the events by binary COPY (about 1.7x the INSERT ...
-# unnest rate), then their fan-out in one statement over the same arrays.
+# Bulk without idempotency keys: the events and their deliveries by binary COPY (about
+# 1.5x the rate of INSERT ... SELECT for the same rows). Which endpoints take which event
+# still comes from the rule above, in SQL: ROUTES answers it once per distinct
+# (tenant, type) of the batch, and emit.py writes one delivery per (event, route).
 COPY_EVENTS = """
 COPY {schema}.events (id, type, payload, key, traceparent, tenant) FROM STDIN (FORMAT BINARY)
 """
-FAN_OUT_MANY = """
-WITH ins AS (
-    SELECT * FROM unnest(%(ids)s::uuid[], %(types)s::text[], %(tenants)s::text[])
-        AS t(id, type, tenant))
-""" + _FAN_OUT
+ROUTES = f"""
+SELECT k.tenant, k.type, ep.id AS endpoint_id
+  FROM unnest(%(tenants)s::text[], %(types)s::text[]) AS k(tenant, type)
+ CROSS JOIN LATERAL {_scope("k.tenant")} ep
+ WHERE {_takes("ep.event_types", "k.type")}
+"""
+COPY_DELIVERIES = "COPY {schema}.deliveries (event_id, endpoint_id) FROM STDIN (FORMAT BINARY)"
 
 # Second look for an idempotency key another transaction committed during our statement.
 EVENT_ID_BY_IDEMPOTENCY_KEY = """
@@ -186,6 +216,23 @@ SELECT secret, CASE WHEN previous_secret_expires_at > now() THEN previous_secret
   FROM {schema}.endpoints WHERE id = %s
 """
 
+# --- tenant scoping (operator commands: dead list, replay, stats, prune) -----------------
+
+
+def _of_tenant(alias: str) -> str:
+    """Condition: delivery ``alias`` belongs to tenant %(tenant)s (NULL: every tenant).
+
+    A delivery belongs to the tenant of its EVENT (an all-tenants endpoint carries many
+    tenants' rows), so this is one primary-key probe of events per row the surrounding
+    index walk reaches. It is a correlated scalar subquery on purpose: PostgreSQL keeps it
+    a per-row subplan, never a join it might run as a scan of the whole events table, so
+    the cost follows the rows the statement's own index reads (backlog, dead rows, finished
+    rows past retention), not the history.
+    """
+    return (f"(%(tenant)s::text IS NULL OR (SELECT tev.tenant FROM {{schema}}.events tev"
+            f" WHERE tev.id = {alias}.event_id) = %(tenant)s::text)")
+
+
 # --- dead letters (outbox.deadletter) ----------------------------------------------------
 # Every selector is optional: a NULL parameter switches its condition off. Run these
 # unprepared (prepare=False) so each execution is planned with its actual values and the
@@ -200,7 +247,7 @@ _DEAD_SELECTION = """
    AND (%(event_type)s::text IS NULL OR EXISTS (
             SELECT 1 FROM {schema}.events t
              WHERE t.id = d.event_id AND t.type = %(event_type)s::text))
-"""
+   AND """ + _of_tenant("d") + "\n"
 
 DEAD_LIST = (
     """
@@ -297,7 +344,8 @@ SELECT attempt, outcome, status_code, duration_ms, error_class, error, response_
 # Per endpoint. Cost follows the backlog (pending rows, through the deliveries_due partial
 # index) plus the last hour's finished rows (deliveries_finished, a range on finished_at);
 # the last dead error is one probe of deliveries_dead per endpoint. Never a full scan of
-# the history.
+# the history. With %(tenant)s: that tenant's endpoints and the all-tenants ones, counting
+# only the deliveries of that tenant's events (_of_tenant: one probe per row read).
 STATS_BY_ENDPOINT = """
 WITH backlog AS (
     SELECT endpoint_id,
@@ -307,15 +355,16 @@ WITH backlog AS (
            min(visible_at) FILTER (WHERE visible_at <= now()) AS oldest_due,
            (array_agg(last_error ORDER BY attempts DESC)
                 FILTER (WHERE last_error IS NOT NULL))[1] AS retry_error
-      FROM {schema}.deliveries
-     WHERE state = 'pending' AND visible_at <= 'infinity'
+      FROM {schema}.deliveries d
+     WHERE state = 'pending' AND visible_at <= 'infinity' AND """ + _of_tenant("d") + """
      GROUP BY endpoint_id),
 recent AS (
     SELECT endpoint_id,
            count(*) FILTER (WHERE state = 'delivered') AS delivered,
            count(*) FILTER (WHERE state = 'dead') AS dead
-      FROM {schema}.deliveries
+      FROM {schema}.deliveries d
      WHERE state <> 'pending' AND finished_at > now() - interval '1 hour'
+       AND """ + _of_tenant("d") + """
      GROUP BY endpoint_id)
 SELECT ep.id AS endpoint_id, ep.url, ep.enabled,
        COALESCE(b.pending, 0) AS pending, COALESCE(b.due, 0) AS due,
@@ -328,8 +377,9 @@ SELECT ep.id AS endpoint_id, ep.url, ep.enabled,
   LEFT JOIN recent r ON r.endpoint_id = ep.id
   LEFT JOIN LATERAL (
         SELECT d.last_error FROM {schema}.deliveries d
-         WHERE d.endpoint_id = ep.id AND d.state = 'dead'
+         WHERE d.endpoint_id = ep.id AND d.state = 'dead' AND """ + _of_tenant("d") + """
          ORDER BY d.finished_at DESC LIMIT 1) last_dead ON true
+ WHERE %(tenant)s::text IS NULL OR ep.tenant = %(tenant)s::text OR ep.all_tenants
  ORDER BY ep.created_at, ep.id
 """
 
@@ -339,27 +389,48 @@ SELECT ep.id AS endpoint_id, ep.url, ep.enabled,
 STATS_DUE = """
 SELECT count(*) AS due,
        extract(epoch FROM now() - min(visible_at))::float8 AS oldest_due_seconds
-  FROM {schema}.deliveries
- WHERE state = 'pending' AND visible_at <= now()
+  FROM {schema}.deliveries d
+ WHERE state = 'pending' AND visible_at <= now() AND """ + _of_tenant("d") + """
+"""
+
+# The tenants with the most due deliveries (NULL: tenant-less events), each with the wait
+# of its oldest. It reads the due rows through deliveries_due and probes each one's event
+# by primary key (a per-row subplan, never a join that could scan events): the cost follows
+# the due backlog, not the history.
+STATS_TOP_TENANTS = """
+SELECT tenant, count(*) AS due,
+       extract(epoch FROM now() - min(visible_at))::float8 AS oldest_due_seconds
+  FROM (SELECT d.visible_at,
+               (SELECT e.tenant FROM {schema}.events e WHERE e.id = d.event_id) AS tenant
+          FROM {schema}.deliveries d
+         WHERE d.state = 'pending' AND d.visible_at <= now()) due
+ WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s::text
+ GROUP BY tenant
+ ORDER BY count(*) DESC, min(visible_at), tenant NULLS FIRST
+ LIMIT %(limit)s
 """
 
 # --- retention (outbox.retention) -------------------------------------------------------
 PRUNE_CUTOFF = "SELECT now() - make_interval(secs => %s)"
 
 # "state <> 'pending'" repeats the predicate of the deliveries_finished index so the
-# planner walks that index from its oldest end.
-PRUNE_COUNT = """
-SELECT count(*) FROM {schema}.deliveries
- WHERE state <> 'pending' AND state = ANY (%(states)s::text[]) AND finished_at < %(cutoff)s
-"""
+# planner walks that index from its oldest end. %(tenant)s (NULL: all) keeps the rows of
+# that tenant's events (_of_tenant).
+_PRUNABLE = """
+    state <> 'pending' AND state = ANY (%(states)s::text[]) AND finished_at < %(cutoff)s
+    AND """ + _of_tenant("d") + "\n"
+PRUNE_COUNT = "SELECT count(*) FROM {schema}.deliveries d WHERE" + _PRUNABLE
 
-# One batch, one short transaction: the oldest finished rows past the cutoff and their
-# attempt logs. SKIP LOCKED: a row an operator is replaying right now is left for later.
+# One batch, one short transaction: the oldest finished rows past the cutoff after the
+# keyset cursor (%(after_at)s, %(after_id)s), and their attempt logs. The cursor moves past
+# what a batch examined, so rows left behind (another tenant's, or SKIP LOCKED: a row an
+# operator is replaying right now, left for a later run) are never read twice.
 PRUNE_DELIVERIES_BATCH = """
 WITH picked AS MATERIALIZED (
-    SELECT id FROM {schema}.deliveries
-     WHERE state <> 'pending' AND state = ANY (%(states)s::text[]) AND finished_at < %(cutoff)s
-     ORDER BY finished_at
+    SELECT id, finished_at FROM {schema}.deliveries d
+     WHERE""" + _PRUNABLE + """
+       AND (finished_at, id) > (%(after_at)s::timestamptz, %(after_id)s::bigint)
+     ORDER BY finished_at, id
      LIMIT %(limit)s
      FOR UPDATE SKIP LOCKED),
 gone AS (
@@ -367,13 +438,20 @@ gone AS (
 log AS (
     DELETE FROM {schema}.delivery_attempts a USING gone
      WHERE a.delivery_id = gone.id RETURNING 1)
-SELECT (SELECT count(*) FROM gone) AS deliveries, (SELECT count(*) FROM log) AS attempts
+SELECT last.finished_at AS last_at, COALESCE(last.id, 0) AS last_id,
+       (SELECT count(*) FROM picked) AS picked,
+       (SELECT count(*) FROM gone) AS deliveries, (SELECT count(*) FROM log) AS attempts
+  FROM (SELECT NULL) one
+  LEFT JOIN (SELECT finished_at, id FROM picked ORDER BY finished_at DESC, id DESC LIMIT 1)
+       last ON true
 """
 
 # Events are found by primary-key range: ids are UUIDv7, so every id below `bound` (the
 # cutoff's millisecond in the UUIDv7 layout) was made before the cutoff; created_at is
 # re-checked on each row in case the emitting host's clock ran slow. Deliveries are only
 # ever inserted together with their event, so an old event never gains new ones.
+# %(tenant)s (NULL: all) deletes only that tenant's events; the cursor still moves over
+# every id examined.
 PRUNE_EVENTS_BATCH = """
 WITH picked AS MATERIALIZED (
     SELECT id FROM {schema}.events
@@ -383,6 +461,7 @@ WITH picked AS MATERIALIZED (
 gone AS (
     DELETE FROM {schema}.events e USING picked
      WHERE e.id = picked.id AND e.created_at < %(cutoff)s
+       AND (%(tenant)s::text IS NULL OR e.tenant = %(tenant)s::text)
        AND NOT EXISTS (SELECT 1 FROM {schema}.deliveries d WHERE d.event_id = e.id)
     RETURNING e.id)
 SELECT (SELECT id FROM picked ORDER BY id DESC LIMIT 1) AS last_id,
