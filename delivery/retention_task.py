@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable
 
 import psycopg
+from psycopg.rows import scalar_row
 
 from outbox.db import render
 from outbox.delivery import queries
@@ -40,8 +41,9 @@ def prune_once(settings: WorkerSettings, should_stop: Callable[[], bool] = lambd
             raise _Interrupted
     schema = settings.schema_name
     with psycopg.connect(settings.database_url, autocommit=True, connect_timeout=5) as conn:
-        row = conn.execute(queries.PRUNE_TRY_LOCK, (schema,)).fetchone()
-        if not row or not row[0]:
+        with conn.cursor(row_factory=scalar_row) as cur:
+            locked = cur.execute(queries.PRUNE_TRY_LOCK, (schema,)).fetchone()
+        if not locked:
             return None
         try:
             result = prune(conn, schema, dt.timedelta(seconds=settings.retention_seconds),
@@ -56,8 +58,9 @@ def prune_once(settings: WorkerSettings, should_stop: Callable[[], bool] = lambd
 
 
 def _vacuum_if_no_autovacuum(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> None:
-    row = conn.execute(queries.AUTOVACUUM_OFF).fetchone()
-    if row and row[0]:
+    with conn.cursor(row_factory=scalar_row) as cur:
+        autovacuum_off = cur.execute(queries.AUTOVACUUM_OFF).fetchone()
+    if autovacuum_off:
         conn.execute(render(queries.VACUUM_QUEUE, schema))
 
 

@@ -62,6 +62,23 @@ def ensure_test_tools() -> None:
         subprocess.run(install, env=env, stdout=subprocess.DEVNULL)
 
 
+def fast(args: list[str]) -> list[str]:
+    """pytest ``args`` without ``--fast`` and without the tests marked slow: the user's
+    ``-m EXPR`` (the last one, as pytest reads it) becomes ``-m "not slow and (EXPR)"``;
+    two -m options would leave only one in force."""
+    rest: list[str] = []
+    expr = ""
+    items = iter(a for a in args if a != "--fast")
+    for arg in items:
+        if arg == "-m":
+            expr = next(items, "")
+        elif arg.startswith("-m") and len(arg) > 2:
+            expr = arg[2:]
+        else:
+            rest.append(arg)
+    return [*rest, "-m", f"not slow and ({expr})" if expr.strip() else "not slow"]
+
+
 def run(*argv: str) -> int:
     return subprocess.run(list(argv), cwd=ROOT).returncode
 
@@ -77,7 +94,7 @@ def main() -> int:
     if command == "test":
         ensure_test_tools()
         if "--fast" in rest:
-            rest = [a for a in rest if a != "--fast"] + ["-m", "not slow"]
+            rest = fast(rest)
         return run(str(BIN / "python"), "-m", "pytest", *rest)
     return (run(str(BIN / "ruff"), "check", ".")
             or run(str(BIN / "mypy"), "--strict")

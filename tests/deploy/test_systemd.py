@@ -86,20 +86,29 @@ def _analyzable_unit(tmp_path: Path) -> Path:
     return unit
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
+def _require_systemd_analyze() -> None:
+    # deploy/dev.py test installs it (Debian package systemd): missing here is a failure.
+    assert shutil.which("systemd-analyze"), (
+        "systemd-analyze not installed (apt-get install systemd)")
+
+
 def test_systemd_analyze_verify_is_clean(tmp_path: Path) -> None:
+    _require_systemd_analyze()
     done = subprocess.run(["systemd-analyze", "verify", "--man=no",
                            str(_analyzable_unit(tmp_path))],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and not done.stderr.strip(), done.stderr
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
 def test_systemd_security_exposure_is_low(tmp_path: Path) -> None:
+    _require_systemd_analyze()
     done = subprocess.run(["systemd-analyze", "security", "--offline=true", "--no-pager",
                            str(_analyzable_unit(tmp_path))],
                           capture_output=True, text=True, timeout=60)
-    match = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", done.stdout)
-    if match is None:
+    if "--offline" in done.stderr and done.returncode != 0:
+        # systemd before 250 has no --offline (a real limit of the installed version);
+        # any other failure to rate the unit fails below
         pytest.skip(f"this systemd-analyze cannot assess offline: {done.stderr.strip()}")
+    match = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", done.stdout)
+    assert match is not None, done.stdout + done.stderr
     assert float(match.group(1)) <= 2.0, done.stdout

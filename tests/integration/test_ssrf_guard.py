@@ -2,23 +2,22 @@
 
 Every request goes through ``send`` over ``make_worker_transport(settings)``, the transport
 ``outbox worker`` builds (``make_transport`` with a ``GuardedResolver``); host names are
-answered by a scripted resolver (see :mod:`tests.support.guarded_http`). Redirects, proxies and
-timeouts on the same path: ``test_transport_hardening.py``.
+answered by a scripted resolver (the ``dns`` fixture, see :mod:`tests.support.guarded_http`),
+except in the tests of the real system resolver (getaddrinfo), which patch nothing.
+Redirects, proxies and timeouts on the same path: ``test_transport_hardening.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import ipaddress
 import json
 import os
 import socket
-import ssl
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -38,14 +37,6 @@ from tests.support.guarded_http import (
     twins,
     worker_transport,
 )
-
-
-@pytest.fixture
-def dns(monkeypatch: pytest.MonkeyPatch) -> Stub:
-    stub = Stub()
-    monkeypatch.setattr(ssrf, "system_resolver", stub)
-    return stub
-
 
 # -- pinning and rebinding ------------------------------------------------------------------
 
@@ -214,6 +205,93 @@ def test_loopback_names_are_delivered_when_loopback_is_allowed(dns: Stub) -> Non
     assert len(server.connections) == 1
 
 
+# -- the real system resolver (getaddrinfo), no stub ----------------------------------------
+
+
+def _lookup(name: str) -> list[ssrf.IPAddress]:
+    """What getaddrinfo answers for ``name`` on this machine (nothing if it fails)."""
+    try:
+        infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+    except OSError:
+        return []
+    found = (ipaddress.ip_address(info[4][0]) for info in infos
+             if info[0] in (socket.AF_INET, socket.AF_INET6))
+    return list(dict.fromkeys(found))
+
+
+# This machine's host name: not a loopback *name* (RFC 6761), so only a lookup can tell it
+# is local. Debian maps it to 127.0.1.1 (or 127.0.0.1) in /etc/hosts, containers to their
+# private address; either way it must be refused unless allowed. Collected once.
+MACHINE = socket.gethostname()
+MACHINE_ADDRESSES = _lookup(MACHINE)
+MACHINE_IS_LOCAL = (not ssrf.is_loopback_name(MACHINE) and bool(MACHINE_ADDRESSES) and all(
+    ssrf.check_address(ip, ()) is not None for ip in MACHINE_ADDRESSES))
+needs_local_machine_name = pytest.mark.skipif(
+    not MACHINE_IS_LOCAL,
+    reason=f"host name {MACHINE!r} resolves to {MACHINE_ADDRESSES} here, not to "
+           "non-public addresses only")
+
+
+def _single_hosts(addresses: list[ssrf.IPAddress]) -> str:
+    return ",".join(f"{ip}/{ip.max_prefixlen}" for ip in addresses)
+
+
+@needs_local_machine_name
+def test_real_lookup_of_the_machine_name_is_refused() -> None:
+    """getaddrinfo answers a non-public address for a name the name rule lets through: the
+    guard refuses the answer; nothing reaches a server listening on that address."""
+    refused = MACHINE_ADDRESSES[0]
+
+    async def go() -> tuple[AttemptResult, Server]:
+        async with serving(server := Server(str(refused))), \
+                worker_transport(allow="") as transport:
+            return await post(transport, server.url(host=MACHINE)), server
+
+    result, server = asyncio.run(go())
+    assert_refused(result, str(refused))
+    assert f"{MACHINE} resolves to {refused} ({ssrf.check_address(refused, ())})" in (
+        result.error or ""), result.error  # the lookup's answer, not the name rule
+    assert server.connections == []
+
+
+@needs_local_machine_name
+def test_real_lookup_of_the_machine_name_is_delivered_when_allowed() -> None:
+    async def go() -> tuple[AttemptResult, Server]:
+        async with serving(server := Server(str(MACHINE_ADDRESSES[0]))), \
+                worker_transport(allow=_single_hosts(MACHINE_ADDRESSES)) as transport:
+            return await post(transport, server.url(host=MACHINE)), server
+
+    result, server = asyncio.run(go())
+    assert result.verdict is Verdict.DELIVERED, result
+    assert [s.host for s in server.requests] == [f"{MACHINE}:{server.port}"]
+
+
+def test_real_lookup_of_localhost_is_delivered_when_loopback_is_allowed() -> None:
+    """The name rule lets ``localhost`` through when loopback is allowed; getaddrinfo then
+    answers (127.0.0.1, maybe ::1) and the request reaches the server on 127.0.0.1."""
+    async def go() -> tuple[AttemptResult, Server]:
+        async with serving(server := Server(PUBLIC)), \
+                worker_transport(allow="127.0.0.0/8,::1/128") as transport:
+            return await post(transport, server.url(host="localhost")), server
+
+    result, server = asyncio.run(go())
+    assert result.verdict is Verdict.DELIVERED, result
+    assert [s.host for s in server.requests] == [f"localhost:{server.port}"]
+
+
+def test_real_lookup_of_a_numeric_name_is_refused() -> None:
+    """``0x7f.1`` is no IP literal to aiohttp or ipaddress, so it goes to getaddrinfo,
+    whose inet_aton reading is 127.0.0.1: refused, nothing reaches 127.0.0.1."""
+    async def go() -> tuple[AttemptResult, Server]:
+        async with serving(server := Server(PUBLIC)), worker_transport(allow="") as transport:
+            return await post(transport, server.url(host="0x7f.1")), server
+
+    result, server = asyncio.run(go())
+    assert_refused(result, "127.0.0.1")
+    assert "0x7f.1 resolves to 127.0.0.1 (loopback)" in (result.error or ""), result.error
+    assert server.connections == []
+
+
 # -- TLS to the pinned address, checked against the URL's host name -----------------------------
 
 
@@ -264,36 +342,9 @@ def _write_certificates(directory: Path) -> None:
                                 serialization.NoEncryption()))
 
 
-async def tls_scenario(directory: str) -> dict[str, Any]:
-    """Run in a subprocess whose SSL_CERT_FILE names the test CA (the default SSL context,
-    which the worker's transport uses, reads it when aiohttp is imported)."""
-
-    def server_context(name: str) -> ssl.SSLContext:
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(Path(directory) / f"{name}.pem")
-        return context
-
-    stub = Stub()
-    stub.script(HOST, [PUBLIC])
-    out: dict[str, Any] = {}
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(ssrf, "system_resolver", stub)
-        right = Server(PUBLIC, tls=server_context(HOST))
-        wrong = Server(PUBLIC, tls=server_context("other.test"))
-        async with serving(right, wrong), worker_transport() as transport:
-            for label, server in (("right", right), ("wrong", wrong)):
-                result = await post(transport, server.url(scheme="https"))
-                out[label] = {"verdict": result.verdict.value, "error_class": result.error_class,
-                              "error": result.error, "sni": server.sni,
-                              "requests": [dataclasses.astuple(s)[1:] for s in server.requests],
-                              "port": server.port}
-    out["lookups"] = len(stub.calls)
-    return out
-
-
 def test_tls_goes_to_the_pinned_address_with_the_url_host_name(tmp_path: Path) -> None:
     _write_certificates(tmp_path)
-    code = ("import asyncio, json, sys; from tests.integration.test_ssrf_guard import "
+    code = ("import asyncio, json, sys; from tests.support.guarded_http import "
             "tls_scenario; print(json.dumps(asyncio.run(tls_scenario(sys.argv[1]))))")
     env = {**os.environ, "SSL_CERT_FILE": str(tmp_path / "ca.pem")}
     env.pop("SSL_CERT_DIR", None)

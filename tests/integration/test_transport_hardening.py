@@ -15,7 +15,6 @@ import aiohttp
 import httpx
 import pytest
 
-from outbox import ssrf
 from outbox.delivery.outcome import AttemptResult, Verdict
 from tests.support.guarded_http import (
     BODY,
@@ -31,14 +30,6 @@ from tests.support.guarded_http import (
     trickle,
     worker_transport,
 )
-
-
-@pytest.fixture
-def dns(monkeypatch: pytest.MonkeyPatch) -> Stub:
-    stub = Stub()
-    monkeypatch.setattr(ssrf, "system_resolver", stub)
-    return stub
-
 
 # -- redirects and proxies ------------------------------------------------------------------------
 
@@ -123,12 +114,14 @@ def test_connect_timeout_is_retry_timeout(dns: Stub, full_backlog: int) -> None:
     result = asyncio.run(go())
     assert (result.verdict, result.error_class, result.status_code) == (
         Verdict.RETRY, "timeout", None), result
-    assert result.duration_ms < 5000
+    # the 0.3 s connect timeout fired, not the 10 s total (which would say "total timeout")
+    assert (result.error or "").startswith("timeout after"), result.error
 
 
 @pytest.mark.parametrize(
     ("answer", "timeout", "total", "error"),
-    [
+    [  # the error names the timeout that fired: read ("timeout after"; the 10 s total
+        # would say "total timeout after 10.0s"), then the 0.5 s total
         (hang, httpx.Timeout(5.0, read=0.3), 10.0, "timeout after"),
         (trickle, httpx.Timeout(5.0), 0.5, "total timeout after 0.5s"),
     ],
@@ -149,7 +142,6 @@ def test_read_and_total_timeouts_are_retry_timeout(
         Verdict.RETRY, "timeout", None), result
     assert (result.error or "").startswith(error), result.error
     assert len(server.requests) == 1
-    assert result.duration_ms < 5000
 
 
 @pytest.mark.parametrize(("name", "error"), [("slow.example.test", "timed out after 0.3s"),
@@ -163,5 +155,6 @@ def test_dns_failures_are_retry_dns(dns: Stub, name: str, error: str) -> None:
 
     result = asyncio.run(go())
     assert (result.verdict, result.error_class) == (Verdict.RETRY, "dns"), result
+    # a hanging lookup is ended by the 0.3 s lookup timeout, which names itself; the 10 s
+    # total would have class "timeout" and say "total timeout after 10.0s"
     assert f"cannot resolve {name}" in (result.error or "") and error in (result.error or "")
-    assert result.duration_ms < 5000

@@ -5,7 +5,9 @@ lookup the SSRF guard falls back to), so DNS answers can change between lookups.
 :class:`Server` is a real TCP (optionally TLS) HTTP/1.1 server in the running event loop
 that records connections, requests and TLS server names. :func:`worker_transport` is the
 transport ``outbox worker`` builds (``make_worker_transport``); :func:`post` sends through
-it with ``send``, as the worker does.
+it with ``send``, as the worker does. :func:`tls_scenario` is the TLS check a test runs in a
+subprocess that trusts a test CA. The ``dns`` fixture (``tests/integration/conftest.py``)
+puts a :class:`Stub` in place.
 
 The stand-in for a public receiver listens on 127.0.0.1, let through by
 ``OUTBOX_ALLOW_NETWORKS=127.0.0.1/32``; the stand-in for an internal service listens on
@@ -22,9 +24,13 @@ import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
 
+from outbox import ssrf
 from outbox.delivery.outcome import AttemptResult, Verdict
 from outbox.delivery.runner import make_worker_transport
 from outbox.delivery.sender import send
@@ -60,7 +66,6 @@ class Stub:
             raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
         lookups = sum(1 for name, _ in self.calls if name == host)
         return script[min(lookups, len(script)) - 1]
-
 
 
 # -- a recording HTTP/1.1 server ----------------------------------------------------------
@@ -202,3 +207,37 @@ def assert_refused(result: AttemptResult, address: str) -> None:
     assert (result.verdict, result.error_class) == (Verdict.DEAD, "ssrf"), result
     assert result.status_code is None
     assert f"{address} " in (result.error or ""), result.error
+
+
+# -- TLS, in a subprocess that trusts the test CA -------------------------------------------
+
+
+async def tls_scenario(directory: str) -> dict[str, Any]:
+    """POST over https to a server whose certificate names :data:`HOST` ("right") and to one
+    whose certificate names ``other.test`` ("wrong"), both on 127.0.0.1 and signed by the CA
+    in ``directory`` (``ca.pem``, ``<name>.pem``); what each saw and the lookups made.
+
+    Run in a subprocess whose SSL_CERT_FILE names that CA (the default SSL context, which
+    the worker's transport uses, reads it when aiohttp is imported)."""
+
+    def server_context(name: str) -> ssl.SSLContext:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(Path(directory) / f"{name}.pem")
+        return context
+
+    stub = Stub()
+    stub.script(HOST, [PUBLIC])
+    out: dict[str, Any] = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ssrf, "system_resolver", stub)
+        right = Server(PUBLIC, tls=server_context(HOST))
+        wrong = Server(PUBLIC, tls=server_context("other.test"))
+        async with serving(right, wrong), worker_transport() as transport:
+            for label, server in (("right", right), ("wrong", wrong)):
+                result = await post(transport, server.url(scheme="https"))
+                out[label] = {"verdict": result.verdict.value, "error_class": result.error_class,
+                              "error": result.error, "sni": server.sni,
+                              "requests": [dataclasses.astuple(s)[1:] for s in server.requests],
+                              "port": server.port}
+    out["lookups"] = len(stub.calls)
+    return out

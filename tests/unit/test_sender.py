@@ -184,8 +184,10 @@ def test_total_deadline_before_status_is_retry_timeout() -> None:
         result = asyncio.run(_send(total_timeout=0.2))
     assert result.verdict is Verdict.RETRY
     assert result.error_class == "timeout"
-    assert result.error == "total timeout after 0.2s"
-    assert 150.0 <= result.duration_ms < 2000.0
+    assert result.error == "total timeout after 0.2s"  # 30 s early: the deadline fired
+    # duration_ms covers the wait for the deadline (a lower bound, as a share of the
+    # configured total: a sleep never ends early, and a loaded machine only adds to it)
+    assert result.duration_ms >= 0.75 * 0.2 * 1000.0
 
 
 class _Trickle(httpx.AsyncByteStream):
@@ -215,8 +217,7 @@ def test_trickling_body_is_cut_by_total_deadline(status: int, verdict: Verdict, 
     assert result.verdict is verdict
     assert result.error == error
     assert result.response_excerpt
-    assert len(result.response_excerpt) < 20
-    assert result.duration_ms < 2000.0
+    assert len(result.response_excerpt) < 20  # of 100 bytes: the deadline cut the read
 
 
 def test_body_error_after_status_keeps_status_verdict() -> None:
