@@ -7,6 +7,8 @@ own scratch database on the local PostgreSQL, as ``python -m bench.<module>`` wo
 
 - ``emit``: ``bench.emit.run`` -- an app transaction with and without ``emit``, and
   ``emit_many`` of 1,000 events.
+- ``tenants``: ``bench.tenants.run`` -- ``emit`` with 200,000 endpoints over 100,000
+  tenants vs one tenant's two endpoints; ``emit_many`` over 100 tenants.
 - ``throughput``: ``bench.deliver.raw_reference`` (the worker's HTTP stack, no queue),
   then ``bench.deliver.throughput`` with 1 and 2 worker processes draining a backlog.
 - ``latency``: ``bench.deliver.latency`` -- emit-commit to arrival at 500 events/s, one
@@ -15,6 +17,7 @@ own scratch database on the local PostgreSQL, as ``python -m bench.<module>`` wo
   drain rates (``bench.peer``, ``bench.peer_procrastinate``).
 - ``history``: ``bench.history.run`` -- claim latency with delivered history vs empty.
 - ``fairness``: ``bench.fairness.run`` -- nine healthy endpoints while a tenth hangs / 500s.
+- ``neighbour``: ``bench.neighbour.run`` -- a quiet tenant's p99 during another's burst.
 - ``memory``: ``bench.memory.measure`` -- worker RSS with 1,000 requests in flight.
 
 A section that raises is recorded as an error (its rows say so) and the next one runs.
@@ -51,6 +54,7 @@ class Sizes:
     """How much each section does (the modules' own defaults; QUICK for a smoke run)."""
 
     emit_rounds: int = 2000
+    tenants: int = 100_000  # bench.tenants: two endpoints each
     events: int = 20_000  # throughput backlog
     concurrency: int = 100  # OUTBOX_CONCURRENCY of the workers, lanes of the raw reference
     rate: float = 500.0  # latency: events/s
@@ -60,14 +64,16 @@ class Sizes:
     history: int = 5_000_000
     history_rounds: int = 300
     fairness_events: int = 1500
+    neighbour_events: int = 100_000  # the noisy tenant's burst
+    neighbour_rate: float = 5.0  # the quiet tenant's events/s
     in_flight: int = 1000
     hold: float = 5.0
 
 
 FULL = Sizes()
-QUICK = replace(FULL, emit_rounds=500, events=5000, seconds=3.0, peer_jobs=5000,
+QUICK = replace(FULL, emit_rounds=500, tenants=10_000, events=5000, seconds=3.0, peer_jobs=5000,
                 peer_repeat=1, history=500_000, history_rounds=100, fairness_events=500,
-                hold=3.0)
+                neighbour_events=20_000, hold=3.0)
 
 
 # -- sections: each returns its results dict (imports are local: a broken or missing
@@ -114,6 +120,13 @@ def run_procrastinate(s: Sizes) -> Results:
     return peer_procrastinate.runs(s.peer_jobs, s.peer_repeat, out=sys.stderr)
 
 
+def run_tenants(s: Sizes) -> Results:
+    """bench.tenants: emit median with 200,000 endpoints vs one tenant's; emit_many."""
+    from bench import tenants
+    with scratch_database() as few, scratch_database() as many:
+        return tenants.run(few, many, s.tenants, s.emit_rounds)
+
+
 def run_history(s: Sizes) -> Results:
     """bench.history: claim median with delivered history vs an empty table."""
     from bench import history
@@ -128,6 +141,12 @@ def run_fairness(s: Sizes) -> Results:
             (("all healthy", "/ok9"), ("one hanging", "/hang"), ("one failing (500)", "/fail"))}
 
 
+def run_neighbour(s: Sizes) -> Results:
+    """bench.neighbour: the quiet tenant's p50/p99 during a burst; burst drain vs alone."""
+    from bench import neighbour
+    return neighbour.run(s.neighbour_events, s.neighbour_rate)
+
+
 def run_memory(s: Sizes) -> Results:
     """bench.memory: worker RSS, idle and with ``in_flight`` requests held open."""
     from bench import memory
@@ -140,8 +159,9 @@ def run_memory(s: Sizes) -> Results:
 
 SECTIONS: dict[str, Callable[[Sizes], Results]] = {
     "emit": run_emit, "throughput": run_throughput, "latency": run_latency,
-    "pgqueuer": run_pgqueuer, "procrastinate": run_procrastinate, "history": run_history,
-    "fairness": run_fairness, "memory": run_memory,
+    "tenants": run_tenants, "pgqueuer": run_pgqueuer, "procrastinate": run_procrastinate,
+    "history": run_history,
+    "fairness": run_fairness, "neighbour": run_neighbour, "memory": run_memory,
 }
 GROUPS = {"peer": ("pgqueuer", "procrastinate"), "deliver": ("throughput", "latency")}
 
@@ -179,6 +199,11 @@ TARGETS = (
            reference=("emit", "plain_tx_ms", "p50")),
     Target("emit_many, 1,000 events", ("emit", "emit_many_1000_events_per_s"), ">=", 50_000,
            "events/s"),
+    Target("emit, 100,000 tenants x 2 endpoints (quick: 10,000) vs one tenant's 2",
+           ("tenants", "many_endpoints_tx_ms", "p50"), "<=", 1.1, "ms", 3,
+           reference=("tenants", "few_endpoints_tx_ms", "p50")),
+    Target("emit_many, 1,000 events over 100 tenants (2 endpoints each)",
+           ("tenants", "emit_many_100_tenants_events_per_s"), ">=", 50_000, "events/s"),
     Target("latency p50 at 500 events/s", ("latency", "latency_ms", "p50"), "<=", 20, "ms", 1),
     Target("latency p99 at 500 events/s", ("latency", "latency_ms", "p99"), "<=", 100, "ms", 1),
     Target("claim median, delivered history vs empty", ("history", "history_ms", "p50"), "<=",
@@ -187,6 +212,11 @@ TARGETS = (
            reference=("fairness", "all healthy")),
     Target("fairness, tenth endpoint answering 500", ("fairness", "one failing (500)"), ">=",
            0.9, "/s", reference=("fairness", "all healthy")),
+    Target("noisy neighbour: quiet tenant p99 during a burst",
+           ("neighbour", "quiet_latency_ms", "p99"), "<=", 2000, "ms", 1),
+    Target("noisy neighbour: burst drain rate vs the burst alone",
+           ("neighbour", "with_quiet", "deliveries_per_s"), ">=", 0.9, "/s",
+           reference=("neighbour", "alone", "deliveries_per_s")),
     Target("worker RSS, 1,000 requests in flight", ("memory", "peak_rss_mb"), "<", 200, "MB",
            requires=("memory", "all_in_flight")),
 )

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
 
 import click
 import psycopg
-from psycopg import sql
+from psycopg.rows import class_row, scalar_row
 
 import outbox
 from outbox import endpoints as ep
+from outbox.db import render
+from outbox.delivery import queries
 from outbox.delivery.runner import make_worker_transport
 from outbox.delivery.settings import WorkerSettings
 from outbox.delivery.worker import Worker
@@ -29,16 +32,15 @@ from outbox.signing import generate_secret
 
 def _setup(url: str, schema: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+        conn.execute(render(queries.DEMO_DROP_SCHEMA, schema))
         migrate(conn, schema)
-        conn.execute(sql.SQL("CREATE TABLE {}.demo_orders (id int PRIMARY KEY, total int)")
-                     .format(sql.Identifier(schema)))
+        conn.execute(render(queries.DEMO_CREATE_ORDERS, schema))
 
 
 def _emit(url: str, schema: str, events: int) -> list[str]:
     """Each order is inserted and announced in ONE transaction; one is rolled back."""
     ids: list[str] = []
-    insert = sql.SQL("INSERT INTO {}.demo_orders VALUES (%s, %s)").format(sql.Identifier(schema))
+    insert = render(queries.DEMO_INSERT_ORDER, schema)
     with psycopg.connect(url) as conn:
         for n in range(events):
             with conn.transaction():
@@ -102,19 +104,26 @@ def run_demo(url: str, schema: str, events: int) -> None:
 
 
 def _all_finished(url: str, schema: str) -> bool:
-    q = sql.SQL("SELECT count(*) FROM {}.deliveries WHERE state = 'pending'")
-    with psycopg.connect(url) as conn:
-        row = conn.execute(q.format(sql.Identifier(schema))).fetchone()
-    return row is not None and row[0] == 0
+    with psycopg.connect(url) as conn, conn.cursor(row_factory=scalar_row) as cur:
+        pending = cur.execute(render(queries.DEMO_PENDING, schema)).fetchone()
+    return pending == 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _StateTotal:
+    """Deliveries in one state and the attempts they took (``DEMO_SUMMARY``'s rows)."""
+
+    state: str
+    deliveries: int
+    attempts: int
 
 
 def _summary(url: str, schema: str, rx: Receiver, stats: dict[str, Any]) -> None:
-    q = sql.SQL("SELECT state, count(*), sum(attempts) FROM {}.deliveries GROUP BY 1 ORDER BY 1")
-    with psycopg.connect(url) as conn:
-        table = conn.execute(q.format(sql.Identifier(schema))).fetchall()
+    with psycopg.connect(url) as conn, conn.cursor(row_factory=class_row(_StateTotal)) as cur:
+        table = cur.execute(render(queries.DEMO_SUMMARY, schema)).fetchall()
     bad = len(rx.invalid_signatures())
     click.echo(f"\nreceived {len(rx.received)} requests for {len(rx.counts())} webhook-ids; "
                f"{bad} bad signatures")
-    for state, count, attempts in table:
-        click.echo(f"  {state:<10} {count:>4} deliveries, {attempts} attempts")
+    for row in table:
+        click.echo(f"  {row.state:<10} {row.deliveries:>4} deliveries, {row.attempts} attempts")
     click.echo("worker: " + " ".join(f"{k}={v}" for k, v in stats.items()))

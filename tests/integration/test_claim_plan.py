@@ -1,9 +1,12 @@
-"""The claim reads the partial index, so its cost follows the backlog, not the history."""
+"""The claim reads the partial indexes, so its cost follows the claim, not the history,
+the backlog or the number of endpoints."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
+from typing import Any
 
 import psycopg
 import pytest
@@ -13,29 +16,76 @@ from outbox.delivery import queries
 from tests.support.pg import SCHEMA
 from tests.support.workers import SECRET, add_endpoint, emit
 
+SCANS = re.compile(r"(Seq Scan|Bitmap Heap Scan) on (deliveries|events|endpoints)\b")
 
-def test_claim_plan_uses_the_partial_due_index(db_url: str) -> None:
-    endpoint = add_endpoint(db_url, "https://example.com/h")
+
+def _crowded_queue(c: psycopg.Connection[Any]) -> uuid.UUID:
+    """5,000 endpoints with a pending row not yet due (a retry), 50,000 delivered rows of
+    history spread over them, and one endpoint with 20 due rows: what a long-lived,
+    many-tenant table looks like. Only deliveries is analysed (stale statistics elsewhere)."""
+    c.execute("INSERT INTO outbox.endpoints (id, url, secret)"
+              " SELECT gen_random_uuid(), 'https://example.com/' || g, 'x'"
+              " FROM generate_series(0, 5000) g")
+    c.execute("INSERT INTO outbox.events (id, type, payload)"
+              " SELECT gen_random_uuid(), 'x', '{}' FROM generate_series(1, 55020)")
+    c.execute("""
+        WITH e AS (SELECT id, row_number() OVER () AS i FROM outbox.events),
+             p AS (SELECT id, row_number() OVER (ORDER BY id) - 1 AS j FROM outbox.endpoints)
+        INSERT INTO outbox.deliveries (event_id, endpoint_id, state, visible_at, finished_at)
+        SELECT e.id, p.id, CASE WHEN e.i <= 50000 THEN 'delivered' ELSE 'pending' END,
+               CASE WHEN e.i <= 55000 THEN now() + interval '1 hour'
+                    ELSE now() - interval '1 minute' END,
+               CASE WHEN e.i <= 50000 THEN now() END
+          FROM e JOIN p ON p.j = CASE WHEN e.i <= 55000 THEN e.i % 5000 ELSE 5000 END""")
+    c.execute("ANALYZE outbox.deliveries")
+    row = c.execute("SELECT endpoint_id FROM outbox.deliveries WHERE visible_at < now()"
+                    " LIMIT 1").fetchone()
+    assert row is not None
+    return uuid.UUID(str(row[0]))
+
+
+def _plan(c: psycopg.Connection[Any], options: str = "") -> str:
+    claim = render(queries.CLAIM, SCHEMA)
+    params = {"limit": 10, "lease": 30.0, "token": uuid.uuid4()}
+    with c.transaction(force_rollback=True):
+        rows = c.execute((f"EXPLAIN {options} " + claim).encode(), params).fetchall()
+    return "\n".join(r[0] for r in rows)
+
+
+def test_claim_plan_uses_the_partial_indexes(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as c:
-        # 50,000 finished rows of history and 20 pending: what a long-lived table looks like
-        c.execute(
-            "INSERT INTO outbox.events (id, type, payload)"
-            " SELECT gen_random_uuid(), 'x', '{}' FROM generate_series(1, 50020)")
-        c.execute(
-            "INSERT INTO outbox.deliveries (event_id, endpoint_id, state, finished_at)"
-            " SELECT id, %s, CASE WHEN row_number() OVER () <= 50000 THEN 'delivered'"
-            " ELSE 'pending' END, now() FROM outbox.events", (endpoint,))
-        c.execute("UPDATE outbox.deliveries SET finished_at = NULL WHERE state = 'pending'")
-        c.execute("ANALYZE outbox.deliveries")
+        due_endpoint = _crowded_queue(c)
+        plan = _plan(c)
+        analyzed = _plan(c, "(ANALYZE, BUFFERS, TIMING OFF)")
         claim = render(queries.CLAIM, SCHEMA)
         params = {"limit": 10, "lease": 30.0, "token": uuid.uuid4()}
-        plan = "\n".join(r[0] for r in c.execute(("EXPLAIN " + claim).encode(), params))
         with c.transaction(force_rollback=True):
             claimed = c.execute(claim.encode(), params).fetchall()
-    assert "Index Scan using deliveries_due on deliveries" in plan, plan
-    # events were never analysed (stale statistics): still no scan of any whole table
-    assert "Seq Scan" not in plan, plan
-    assert len(claimed) == 10  # the MATERIALIZED CTE keeps the UPDATE to the LIMIT
+    # the rotation: a skip scan over the endpoints with pending rows, then each one's due rows
+    assert "Index Only Scan using deliveries_pending_by_endpoint on deliveries" in plan, plan
+    assert "Index Scan using deliveries_pending_by_endpoint on deliveries" in plan, plan
+    assert "Index Scan using deliveries_due on deliveries" in plan, plan  # the FIFO fill
+    assert "Index Scan using deliveries_pkey on deliveries d" in plan, plan  # the UPDATE
+    assert "Index Scan using events_pkey" in plan and "Index Scan using endpoints_pkey" in plan
+    # events and endpoints were never analysed (stale statistics): still no scan of any table
+    assert not SCANS.findall(plan), plan
+    # the rotation visits at most `limit` of the 5,001 endpoints with pending rows
+    ring = re.search(r"Recursive Union .*actual rows=(\d+) loops=1", analyzed)
+    assert ring is not None and int(ring.group(1)) <= 10, analyzed
+    # the MATERIALIZED CTEs keep the UPDATE to the LIMIT, and the fill finds the due rows
+    assert len(claimed) == 10
+    assert {r[7] for r in claimed} == {due_endpoint}
+
+
+def test_plan_check_fails_on_a_plan_that_scans(db_url: str) -> None:
+    """The assertion above is not vacuous: with index scans disabled, it sees the scans."""
+    with psycopg.connect(db_url, autocommit=True) as c:
+        _crowded_queue(c)
+        c.execute("SET enable_indexscan = off")
+        c.execute("SET enable_indexonlyscan = off")
+        c.execute("SET enable_bitmapscan = off")
+        plan = _plan(c)
+    assert SCANS.findall(plan), plan
 
 
 def test_completion_plan_finds_rows_by_primary_key(db_url: str) -> None:

@@ -19,10 +19,15 @@ def results() -> dict[str, Any]:
                        "workers_1": {"deliveries_per_s": 1000.0},
                        "workers_2": {"deliveries_per_s": 1470.0}},
         "latency": {"latency_ms": {"p50": 5.7, "p99": 45.0}},
+        "tenants": {"few_endpoints_tx_ms": {"p50": 0.40}, "many_endpoints_tx_ms": {"p50": 0.46},
+                    "emit_many_100_tenants_events_per_s": 61_000.0},
         "pgqueuer": {"median_rate_by_batch": {"10": 4200.0}},
         "procrastinate": {"median_rate": 700.0},
         "history": {"empty_ms": {"p50": 4.41}, "history_ms": {"p50": 4.52}},
         "fairness": {"all healthy": 800.0, "one hanging": 880.0, "one failing (500)": 700.0},
+        "neighbour": {"quiet_latency_ms": {"p50": 12.0, "p99": 2100.0},
+                      "alone": {"deliveries_per_s": 2000.0},
+                      "with_quiet": {"deliveries_per_s": 1900.0}},
         "memory": {"peak_rss_mb": 104.0, "idle_rss_mb": 75.0, "all_in_flight": True},
     }
 
@@ -43,11 +48,15 @@ def test_every_target_judged_from_full_results() -> None:
         "emit overhead, median app transaction": False,  # 1.9x > 1.3
         "reference: app transaction + a bare second INSERT": True,  # 1.25x
         "emit_many, 1,000 events": False,  # 43,900 < 50,000
+        "emit, 100,000 tenants x 2 endpoints (quick: 10,000) vs one tenant's 2": False,  # 1.15x
+        "emit_many, 1,000 events over 100 tenants (2 endpoints each)": True,
         "latency p50 at 500 events/s": True,
         "latency p99 at 500 events/s": True,
         "claim median, delivered history vs empty": True,  # 1.02x
         "fairness, tenth endpoint hanging": True,  # 1.1x
         "fairness, tenth endpoint answering 500": False,  # 0.875x < 0.9
+        "noisy neighbour: quiet tenant p99 during a burst": False,  # 2,100 > 2,000 ms
+        "noisy neighbour: burst drain rate vs the burst alone": True,  # 0.95x
         "worker RSS, 1,000 requests in flight": True,
     }
 
