@@ -9,6 +9,9 @@ Label cardinality is bounded: ``endpoint`` is the endpoint id (never the URL), a
     outbox_delivery_lag_seconds                  histogram: emit -> delivered
     outbox_due_backlog                           gauge: pending deliveries due now
     outbox_oldest_due_age_seconds                gauge: how long the oldest due one waited
+    outbox_largest_tenant_due_backlog            gauge: due deliveries of the tenant with
+                                                 the most (among the oldest 10,000 due;
+                                                 no tenant label: unbounded cardinality)
     outbox_in_flight                             gauge: requests in flight here
     outbox_claimed_per_poll                      histogram of rows per claim
     outbox_database_errors_total                 counter of failed database calls
@@ -49,6 +52,10 @@ class Metrics:
                                  registry=r)
         self.oldest_due_age = Gauge("outbox_oldest_due_age_seconds",
                                     "Age of the oldest due delivery", registry=r)
+        self.largest_tenant_backlog = Gauge(
+            "outbox_largest_tenant_due_backlog",
+            "Due deliveries of the tenant with the most, among the oldest 10,000 due",
+            registry=r)
         self.in_flight = Gauge("outbox_in_flight", "Requests in flight", registry=r)
         self.claimed_per_poll = Histogram("outbox_claimed_per_poll", "Rows per claim",
                                           buckets=(0, 1, 2, 5, 10, 20, 50, 100, 200, 500),

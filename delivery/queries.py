@@ -210,10 +210,22 @@ PRUNE_UNLOCK = "SELECT pg_advisory_unlock(hashtext('outbox.prune'), hashtext(%s)
 AUTOVACUUM_OFF = "SELECT current_setting('autovacuum') = 'off'"
 VACUUM_QUEUE = "VACUUM (ANALYZE) {schema}.deliveries, {schema}.delivery_attempts, {schema}.events"
 
-# Due backlog and the age of its oldest row, for the gauges (and KEDA's scaler query).
+# Due backlog and the age of its oldest row, for the gauges (and KEDA's scaler query), and
+# the due deliveries of the tenant that has the most (tenant-less events count as one
+# tenant): counted over the oldest 10,000 due rows only, so the gauge's own cost (a
+# primary-key lookup of each row's event) stays bounded however large the backlog grows;
+# a tenant that dominates the head of the queue is what it is there to show.
 BACKLOG = """
 SELECT count(*) AS due,
-       COALESCE(EXTRACT(EPOCH FROM now() - min(visible_at)), 0)::float8 AS oldest_seconds
+       COALESCE(EXTRACT(EPOCH FROM now() - min(visible_at)), 0)::float8 AS oldest_seconds,
+       (SELECT COALESCE(max(n), 0) FROM (
+            SELECT count(*) AS n
+              FROM (SELECT event_id FROM {schema}.deliveries
+                     WHERE state = 'pending' AND visible_at <= now()
+                     ORDER BY visible_at LIMIT 10000) head
+             CROSS JOIN LATERAL (SELECT tenant FROM {schema}.events e
+                                  WHERE e.id = head.event_id LIMIT 1) ev
+             GROUP BY ev.tenant) per_tenant) AS largest_tenant
   FROM {schema}.deliveries
  WHERE state = 'pending' AND visible_at <= now()
 """

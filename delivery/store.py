@@ -35,10 +35,12 @@ assert _JOB_FIELDS[_SECRET + 1] == "previous_secret"
 
 
 class Backlog(NamedTuple):
-    """Due deliveries and the age in seconds of the oldest -- the alerting numbers."""
+    """Due deliveries, the age in seconds of the oldest, and the due deliveries of the
+    tenant with the most among the oldest 10,000 -- the alerting numbers."""
 
     due: int
     oldest_seconds: float
+    largest_tenant: int
 
 
 _BACKLOG_ROW = class_row(Backlog)
@@ -178,12 +180,12 @@ class Store:
         return await self._retrying(op)
 
     async def backlog(self) -> Backlog:
-        """(due deliveries, age in seconds of the oldest) -- the alerting numbers."""
+        """The alerting numbers (:class:`Backlog`)."""
         async def op() -> Backlog:
             async with self.pool.connection() as conn:
                 cur = conn.cursor(row_factory=_BACKLOG_ROW)
                 row = await (await cur.execute(self._backlog_sql)).fetchone()
-                return row or Backlog(0, 0.0)
+                return row or Backlog(0, 0.0, 0)
 
         return await self._retrying(op)
 

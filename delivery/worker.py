@@ -108,9 +108,10 @@ class Worker:
     async def _backlog_loop(self) -> None:
         while not self._stopped.is_set():
             with contextlib.suppress(OutboxError, psycopg.Error):
-                due, oldest = await self.store.backlog()
-                self.metrics.due_backlog.set(due)
-                self.metrics.oldest_due_age.set(oldest)
+                backlog = await self.store.backlog()
+                self.metrics.due_backlog.set(backlog.due)
+                self.metrics.oldest_due_age.set(backlog.oldest_seconds)
+                self.metrics.largest_tenant_backlog.set(backlog.largest_tenant)
             await asyncio.sleep(self.settings.backlog_interval_seconds)
 
     async def _claim_loop(self, drain: bool) -> None:

@@ -37,6 +37,7 @@ METRICS = {
     "outbox_delivery_lag_seconds": "histogram",
     "outbox_due_backlog": "gauge",
     "outbox_oldest_due_age_seconds": "gauge",
+    "outbox_largest_tenant_due_backlog": "gauge",
     "outbox_in_flight": "gauge",
     "outbox_claimed_per_poll": "histogram",
     "outbox_database_errors_total": "counter",
