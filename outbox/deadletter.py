@@ -16,6 +16,10 @@ event. Guarantees of :func:`replay`:
   ``replayed``, by ``actor``) recording what it had died of.
 - **Refusals change nothing.** Unknown ids raise :class:`DeliveryNotFound`; dead rows of a
   disabled endpoint raise :class:`OperationRefused` unless ``enable_endpoints``.
+- **Tenant scoping.** A :class:`Selection` with ``tenant`` picks only deliveries of that
+  tenant's *events* (whichever endpoint, an all-tenants one included), in the listing, the
+  plan and inside every batch of the replay: another tenant's rows are never read into a
+  batch, locked or changed.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from outbox import endpoints as ep
 from outbox import queries
 from outbox.db import render, translated
 from outbox.errors import DeliveryNotFound, OperationRefused
+from outbox.event import check_tenant
 
 Progress = Callable[[int, int], None]
 """Called after each committed batch with (rows examined so far, rows selected in all)."""
@@ -44,6 +49,8 @@ class Selection:
     """Which dead deliveries: every given condition must hold (none given: all of them).
 
     ``since`` (inclusive) and ``until`` (exclusive) bound ``finished_at``, when it died.
+    ``tenant``: only deliveries of that tenant's events (None: every tenant). A malformed
+    tenant id raises :class:`~outbox.errors.InvalidEvent` here, before any SQL.
     """
 
     ids: tuple[int, ...] = ()
@@ -51,11 +58,16 @@ class Selection:
     event_type: str | None = None
     since: dt.datetime | None = None
     until: dt.datetime | None = None
+    tenant: str | None = None
+
+    def __post_init__(self) -> None:
+        check_tenant(self.tenant)
 
     def params(self) -> dict[str, Any]:
         return {
             "ids": list(self.ids) or None, "endpoint": self.endpoint_id,
             "event_type": self.event_type, "since": self.since, "until": self.until,
+            "tenant": self.tenant,
         }
 
 

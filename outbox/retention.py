@@ -11,6 +11,10 @@ periodically; ``outbox prune`` is its command line. Guarantees:
   so vacuum keeps up and emits never wait long. Interrupting it loses nothing; running
   it again continues. Rows an operator is replaying at that moment are skipped.
 - The cutoff is fixed once, from the database clock, when the call starts.
+- With ``tenant``, only deliveries of that tenant's *events* (whichever endpoint) and that
+  tenant's events go, filtered inside every batch; other tenants' rows are never locked or
+  deleted. Both phases are keyset-paginated, so rows a batch leaves behind (another
+  tenant's, or locked by a replay) are not read again by the same run.
 
 Why events are found by primary key: event ids are UUIDv7, whose first 48 bits are the
 Unix time in milliseconds, so "made before the cutoff" is the primary-key range
@@ -36,6 +40,7 @@ from psycopg.rows import class_row, scalar_row
 from outbox import queries
 from outbox.db import render, translated
 from outbox.errors import OperationRefused
+from outbox.event import check_tenant
 
 PruneProgress = Callable[[str, int, int | None], None]
 """Called after each batch with (phase, rows done in that phase, phase total or None).
@@ -54,8 +59,12 @@ class PruneResult:
 
 @dataclass(frozen=True, slots=True)
 class _DeliveriesBatch:
-    """One PRUNE_DELIVERIES_BATCH: deliveries and attempt-log rows deleted."""
+    """One PRUNE_DELIVERIES_BATCH: the keyset cursor after it (the last row examined; None
+    and 0: none), rows examined, deliveries and attempt-log rows deleted."""
 
+    last_at: dt.datetime | None
+    last_id: int
+    picked: int
     deliveries: int
     attempts: int
 
@@ -86,11 +95,16 @@ def prune(
     dead_too: bool = False,
     batch_size: int = 1000,
     progress: PruneProgress | None = None,
+    tenant: str | None = None,
 ) -> PruneResult:
-    """Delete what is past ``older_than`` (see the module's guarantees).
+    """Delete what is past ``older_than`` (see the module's guarantees); with ``tenant``,
+    only that tenant's (None: every tenant's, and tenant-less rows).
 
-    ``conn`` must not be inside a transaction: each batch commits on its own.
+    ``conn`` must not be inside a transaction: each batch commits on its own. Bad
+    arguments (a malformed tenant id: :class:`~outbox.errors.InvalidEvent`) raise before
+    anything is read or deleted.
     """
+    check_tenant(tenant)
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     if older_than < dt.timedelta(0):
@@ -102,38 +116,42 @@ def prune(
             queries.PRUNE_CUTOFF, (older_than.total_seconds(),)).fetchone()
     assert cutoff is not None
     states = ["delivered", "dead"] if dead_too else ["delivered"]
-    deliveries, attempts = _prune_deliveries(conn, schema, cutoff, states, batch_size, progress)
-    events = _prune_events(conn, schema, cutoff, batch_size, progress)
+    scope = {"cutoff": cutoff, "limit": batch_size, "tenant": tenant}
+    deliveries, attempts = _prune_deliveries(conn, schema, {**scope, "states": states},
+                                             progress)
+    events = _prune_events(conn, schema, scope, progress)
     return PruneResult(cutoff, deliveries, attempts, events)
 
 
 def _prune_deliveries(
-    conn: psycopg.Connection[Any], schema: str, cutoff: dt.datetime, states: list[str],
-    batch_size: int, progress: PruneProgress | None,
+    conn: psycopg.Connection[Any], schema: str, scope: dict[str, Any],
+    progress: PruneProgress | None,
 ) -> tuple[int, int]:
-    params = {"states": states, "cutoff": cutoff, "limit": batch_size}
+    params = {**scope, "after_at": dt.datetime.min.replace(tzinfo=dt.UTC), "after_id": 0}
     with translated(), conn.transaction(), conn.cursor(row_factory=scalar_row) as cur:
-        total = int(cur.execute(render(queries.PRUNE_COUNT, schema), params).fetchone() or 0)
+        total = int(cur.execute(render(queries.PRUNE_COUNT, schema), params,
+                                prepare=False).fetchone() or 0)
     sql = render(queries.PRUNE_DELIVERIES_BATCH, schema)
     deliveries = attempts = 0
     while True:
         with translated(), conn.transaction(), conn.cursor(row_factory=_DELIVERIES_ROW) as cur:
-            batch = cur.execute(sql, params).fetchone()
+            batch = cur.execute(sql, params, prepare=False).fetchone()
         assert batch is not None
-        if not batch.deliveries:
+        if not batch.picked:
             return deliveries, attempts
         deliveries += batch.deliveries
         attempts += batch.attempts
+        params["after_at"], params["after_id"] = batch.last_at, batch.last_id
         if progress is not None:
             progress("deliveries", deliveries, max(total, deliveries))
 
 
 def _prune_events(
-    conn: psycopg.Connection[Any], schema: str, cutoff: dt.datetime, batch_size: int,
+    conn: psycopg.Connection[Any], schema: str, scope: dict[str, Any],
     progress: PruneProgress | None,
 ) -> int:
-    params: dict[str, Any] = {"after": uuid.UUID(int=0), "bound": uuid7_floor(cutoff),
-                              "cutoff": cutoff, "limit": batch_size}
+    params: dict[str, Any] = {**scope, "after": uuid.UUID(int=0),
+                              "bound": uuid7_floor(scope["cutoff"])}
     sql = render(queries.PRUNE_EVENTS_BATCH, schema)
     examined = deleted = 0
     while True:

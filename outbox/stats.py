@@ -9,6 +9,14 @@ seconds: they read the partial indexes, not the delivery history.
 - :func:`by_endpoint` adds the last hour's finished rows (a ``finished_at`` range on
   ``deliveries_finished``) and one ``deliveries_dead`` probe per endpoint; its cost
   follows the backlog plus one hour of throughput.
+- :func:`top_tenants` groups the due rows by their event's tenant (one primary-key probe
+  of ``events`` per due row): its cost follows the due backlog, never the history.
+- :func:`snapshot` is all three, for ``outbox stats``.
+
+Every function takes ``tenant``: only deliveries of that tenant's *events* count (a
+delivery belongs to its event's tenant, whichever endpoint carries it), and
+:func:`by_endpoint` lists that tenant's endpoints plus the all-tenants ones. A malformed
+tenant id raises :class:`~outbox.errors.InvalidEvent` before any SQL.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from psycopg.rows import class_row
 
 from outbox import queries
 from outbox.db import render, translated
+from outbox.event import check_tenant
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,17 +65,66 @@ class DueSummary:
     oldest_due_seconds: float | None
 
 
-def by_endpoint(conn: psycopg.Connection[Any], *, schema: str) -> list[EndpointStats]:
-    """Every endpoint's figures, oldest endpoint first (see the module doc for cost)."""
+@dataclass(frozen=True, slots=True)
+class TenantBacklog:
+    """One tenant's due deliveries (``tenant`` None: tenant-less events) and the wait of
+    its oldest."""
+
+    tenant: str | None
+    due: int
+    oldest_due_seconds: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What ``outbox stats`` shows: per endpoint, the due total, the top tenants."""
+
+    endpoints: list[EndpointStats]
+    due: DueSummary
+    tenants: list[TenantBacklog]
+
+
+def by_endpoint(conn: psycopg.Connection[Any], *, schema: str, tenant: str | None = None
+                ) -> list[EndpointStats]:
+    """Every endpoint's figures, oldest endpoint first (see the module doc for cost and
+    ``tenant``)."""
+    check_tenant(tenant)
     with translated(), conn.cursor(row_factory=class_row(EndpointStats)) as cur:
-        cur.execute(render(queries.STATS_BY_ENDPOINT, schema))
+        cur.execute(render(queries.STATS_BY_ENDPOINT, schema), {"tenant": tenant},
+                    prepare=False)
         return cur.fetchall()
 
 
-def due_summary(conn: psycopg.Connection[Any], *, schema: str) -> DueSummary:
-    """Due count and oldest due age from the ``deliveries_due`` index alone."""
+def due_summary(conn: psycopg.Connection[Any], *, schema: str, tenant: str | None = None
+                ) -> DueSummary:
+    """Due count and oldest due age from the ``deliveries_due`` index (with ``tenant``,
+    plus one probe of the event per due row)."""
+    check_tenant(tenant)
     with translated(), conn.cursor(row_factory=class_row(DueSummary)) as cur:
-        cur.execute(render(queries.STATS_DUE, schema))
+        cur.execute(render(queries.STATS_DUE, schema), {"tenant": tenant}, prepare=False)
         summary = cur.fetchone()
     assert summary is not None
     return summary
+
+
+def top_tenants(conn: psycopg.Connection[Any], *, schema: str, tenant: str | None = None,
+                limit: int = 10) -> list[TenantBacklog]:
+    """The ``limit`` tenants with the most due deliveries, most first (ties: the longest
+    wait first); with ``tenant``, that tenant's row alone (none if nothing is due)."""
+    check_tenant(tenant)
+    if limit < 1:
+        raise ValueError("limit must be at least 1")
+    with translated(), conn.cursor(row_factory=class_row(TenantBacklog)) as cur:
+        cur.execute(render(queries.STATS_TOP_TENANTS, schema),
+                    {"tenant": tenant, "limit": limit}, prepare=False)
+        return cur.fetchall()
+
+
+def snapshot(conn: psycopg.Connection[Any], *, schema: str, tenant: str | None = None,
+             top: int = 10) -> Snapshot:
+    """:func:`by_endpoint`, :func:`due_summary` and :func:`top_tenants` (``top`` rows)
+    in one read-only call; a bad ``tenant`` raises before any SQL."""
+    check_tenant(tenant)
+    return Snapshot(by_endpoint(conn, schema=schema, tenant=tenant),
+                    due_summary(conn, schema=schema, tenant=tenant),
+                    top_tenants(conn, schema=schema, tenant=tenant, limit=top))

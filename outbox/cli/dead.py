@@ -10,12 +10,13 @@ import click
 from outbox import deadletter as dl
 from outbox.cli import Context, cli, pass_ctx
 from outbox.cli.output import cut, echo_json, print_table, when
-from outbox.cli.params import TIME_HELP, When, check_range
+from outbox.cli.params import TIME_HELP, When, check_range, tenant_option
 from outbox.endpoints import parse_id
 
 
 def selection_options(func: click.decorators.FC) -> click.decorators.FC:
-    """``--endpoint``, ``--event-type``, ``--since``, ``--until`` (shared with replay)."""
+    """``--endpoint``, ``--event-type``, ``--since``, ``--until``, ``--tenant`` (shared with
+    replay)."""
     for option in reversed([
         click.option("--endpoint", "endpoint_id", metavar="ID", default=None,
                      help="Only deliveries to this endpoint."),
@@ -25,17 +26,20 @@ def selection_options(func: click.decorators.FC) -> click.decorators.FC:
                      help="Only deliveries that died at or after WHEN. " + TIME_HELP),
         click.option("--until", type=When(), default=None, metavar="WHEN",
                      help="Only deliveries that died before WHEN."),
+        tenant_option("Only deliveries of this tenant's events (whichever endpoint)."),
     ]):
         func = option(func)
     return func
 
 
 def make_selection(endpoint_id: str | None, event_type: str | None, since: dt.datetime | None,
-                   until: dt.datetime | None, ids: tuple[int, ...] = ()) -> dl.Selection:
-    """The library selection; an unknown-looking endpoint id is ``error: no endpoint``."""
+                   until: dt.datetime | None, tenant: str | None,
+                   ids: tuple[int, ...] = ()) -> dl.Selection:
+    """The library selection; an unknown-looking endpoint id is ``error: no endpoint``, a
+    malformed tenant id ``error: tenant ...`` (exit 1, before any SQL)."""
     check_range(since, until)
     return dl.Selection(ids=ids, endpoint_id=parse_id(endpoint_id) if endpoint_id else None,
-                        event_type=event_type, since=since, until=until)
+                        event_type=event_type, since=since, until=until, tenant=tenant)
 
 
 @cli.group()
@@ -50,6 +54,7 @@ def dead() -> None:
     Examples:
       outbox dead list --since 1h
       outbox dead list --endpoint 0193... --event-type invoice.paid --json
+      outbox dead list --tenant acme
       outbox dead show 4711
     """
 
@@ -61,15 +66,15 @@ def dead() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON array, for scripts.")
 @pass_ctx
 def list_(ctx: Context, endpoint_id: str | None, event_type: str | None,
-          since: dt.datetime | None, until: dt.datetime | None, limit: int,
-          as_json: bool) -> None:
+          since: dt.datetime | None, until: dt.datetime | None, tenant: str | None,
+          limit: int, as_json: bool) -> None:
     """List dead deliveries, most recently dead first.
 
     \b
     Example:
       outbox dead list --since 2024-05-01T00:00Z --until 6h --limit 20
     """
-    selection = make_selection(endpoint_id, event_type, since, until)
+    selection = make_selection(endpoint_id, event_type, since, until, tenant)
     with ctx.connect() as conn:
         rows = dl.list_dead(conn, schema=ctx.schema, selection=selection,
                             limit=limit or None)

@@ -9,7 +9,7 @@ import click
 from outbox import retention
 from outbox.cli import Context, cli, pass_ctx
 from outbox.cli.output import echo_json, progress, when
-from outbox.cli.params import Duration
+from outbox.cli.params import Duration, tenant_option
 
 
 @cli.command()
@@ -20,26 +20,29 @@ from outbox.cli.params import Duration
               help="Also delete dead deliveries past retention (default: keep them for replay).")
 @click.option("--batch-size", type=click.IntRange(1, 100_000), default=1000, show_default=True,
               help="Rows per transaction.")
+@tenant_option("Only deliveries of this tenant's events (whichever endpoint), and its events.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_ctx
 def prune(ctx: Context, older_than: dt.timedelta, dead_too: bool, batch_size: int,
-          as_json: bool) -> None:
+          tenant: str | None, as_json: bool) -> None:
     """Delete delivered deliveries (and their attempt logs) that finished more than
     DURATION ago, then events older than that with no delivery left.
 
     Pending deliveries are never touched; dead ones only with --dead-too. Each batch is
     its own short transaction, so it is safe to run while workers deliver, and safe to
     interrupt and run again. Pruned events take their idempotency keys with them. Run it
-    from cron or a Kubernetes CronJob, e.g. hourly.
+    from cron or a Kubernetes CronJob, e.g. hourly. With --tenant, only that tenant's
+    deliveries and events go (e.g. a shorter retention for one customer).
 
     \b
     Examples:
       outbox prune --older-than 7d
       outbox prune --older-than 30d --dead-too --batch-size 5000
+      outbox prune --older-than 1d --tenant acme
     """
     with ctx.connect() as conn, progress("deliveries", None) as bar:
         result = retention.prune(conn, ctx.schema, older_than, dead_too=dead_too,
-                                 batch_size=batch_size, progress=bar.step)
+                                 batch_size=batch_size, progress=bar.step, tenant=tenant)
     if as_json:
         echo_json(result)
         return

@@ -39,7 +39,8 @@ def _print_plan(plan: dl.ReplayPlan, dry_run: bool) -> None:
               help="This dead delivery (repeatable).")
 @selection_options
 @click.option("--all", "all_", is_flag=True,
-              help="Every dead delivery (needed when no other selector is given).")
+              help="Every dead delivery (of --tenant's events if given; needed when no other "
+                   "selector is given).")
 @click.option("--dry-run", is_flag=True, help="Print what would be replayed; change nothing.")
 @click.option("--enable-endpoint", is_flag=True,
               help="Enable disabled endpoints among the selection first (else refused).")
@@ -48,32 +49,37 @@ def _print_plan(plan: dl.ReplayPlan, dry_run: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_ctx
 def replay(ctx: Context, ids: tuple[int, ...], endpoint_id: str | None, event_type: str | None,
-           since: dt.datetime | None, until: dt.datetime | None, all_: bool, dry_run: bool,
-           enable_endpoint: bool, batch_size: int, as_json: bool) -> None:
+           since: dt.datetime | None, until: dt.datetime | None, tenant: str | None,
+           all_: bool, dry_run: bool, enable_endpoint: bool, batch_size: int,
+           as_json: bool) -> None:
     """Re-queue dead deliveries: workers deliver them again with the same webhook-id.
 
     Selectors combine (all must match); at least one is required, and --all must be
-    given explicitly to replay everything. Each replayed delivery starts afresh (attempt
-    count 0, due now) and its attempt log records the replay. Only rows still dead are
-    touched: replaying twice, or while workers deliver, never makes a duplicate. Rows go
-    in batches, each its own short transaction; Ctrl-C keeps the finished batches and
-    running the same command again finishes the rest. Dead deliveries of a disabled
-    endpoint are refused unless --enable-endpoint.
+    given explicitly to replay everything. --tenant is a scope, not a selector: with it,
+    every selector (and --all) picks only deliveries of that tenant's events, whichever
+    endpoint they go to, and no other tenant's row is touched. Each replayed delivery
+    starts afresh (attempt count 0, due now) and its attempt log records the replay.
+    Only rows still dead are touched: replaying twice, or while workers deliver, never
+    makes a duplicate. Rows go in batches, each its own short transaction; Ctrl-C keeps
+    the finished batches and running the same command again finishes the rest. Dead
+    deliveries of a disabled endpoint are refused unless --enable-endpoint.
 
     \b
     Examples:
       outbox replay --endpoint 0193... --since 2h --dry-run
       outbox replay --id 4711 --id 4712
       outbox replay --event-type invoice.paid --enable-endpoint
+      outbox replay --tenant acme --all --dry-run
       outbox replay --all
     """
     filtered = bool(ids or endpoint_id or event_type or since or until)
     if all_ and filtered:
-        raise click.UsageError("--all replays every dead delivery: drop the other selectors")
+        raise click.UsageError("--all replays every dead delivery (of --tenant's events if "
+                               "given): drop the other selectors")
     if not all_ and not filtered:
         raise click.UsageError(
             "say what to replay: --id, --endpoint, --event-type, --since/--until, or --all")
-    selection = make_selection(endpoint_id, event_type, since, until, ids)
+    selection = make_selection(endpoint_id, event_type, since, until, tenant, ids)
     with ctx.connect() as conn:
         plan = dl.plan_replay(conn, schema=ctx.schema, selection=selection)
         if not as_json:

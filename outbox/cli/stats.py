@@ -1,4 +1,4 @@
-"""``outbox stats``: the queue per endpoint, once or continuously."""
+"""``outbox stats``: the queue per endpoint and the top tenants, once or continuously."""
 
 from __future__ import annotations
 
@@ -12,32 +12,44 @@ import click
 from outbox import stats as st
 from outbox.cli import Context, cli, pass_ctx
 from outbox.cli.output import cut, print_table, to_jsonable
+from outbox.cli.params import tenant_option
 from outbox.timeparse import format_duration
 
+TOP_TENANTS = 10
 
-def _snapshot(ctx: Context) -> tuple[list[st.EndpointStats], st.DueSummary]:
+
+def _snapshot(ctx: Context, tenant: str | None) -> st.Snapshot:
     with ctx.connect() as conn:
-        return (st.by_endpoint(conn, schema=ctx.schema),
-                st.due_summary(conn, schema=ctx.schema))
+        return st.snapshot(conn, schema=ctx.schema, tenant=tenant, top=TOP_TENANTS)
 
 
-def _print(rows: list[st.EndpointStats], due: st.DueSummary) -> None:
+def _age(seconds: float | None) -> str:
+    return "-" if seconds is None else format_duration(seconds)
+
+
+def _print(snap: st.Snapshot) -> None:
+    rows, due = snap.endpoints, snap.due
     table = [
         [str(r.endpoint_id), r.url + ("" if r.enabled else " [disabled]"), str(r.pending),
          str(r.due), str(r.in_flight), str(r.delivered_1h), str(r.dead_1h),
-         "-" if r.oldest_due_seconds is None else format_duration(r.oldest_due_seconds),
-         cut(r.last_error, 40)]
+         _age(r.oldest_due_seconds), cut(r.last_error, 40)]
         for r in rows
     ]
     print_table(["endpoint", "url", "pending", "due", "in flight", "delivered 1h",
                  "dead 1h", "oldest due", "last error"], table)
-    oldest = "-" if due.oldest_due_seconds is None else format_duration(due.oldest_due_seconds)
-    click.echo(f"due now: {due.due}, oldest due: {oldest}")
+    click.echo(f"due now: {due.due}, oldest due: {_age(due.oldest_due_seconds)}")
+    if snap.tenants:
+        click.echo(f"\ntop tenants by due backlog (at most {TOP_TENANTS}):")
+        print_table(["tenant", "due", "oldest due"],
+                    [[t.tenant if t.tenant is not None else "-", str(t.due),
+                      _age(t.oldest_due_seconds)] for t in snap.tenants])
 
 
-def _as_json(rows: list[st.EndpointStats], due: st.DueSummary) -> str:
+def _as_json(snap: st.Snapshot) -> str:
+    """``tenants``: the top tenants by due backlog (``tenant`` null: tenant-less events)."""
     return json.dumps({"at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                       "due": to_jsonable(due), "endpoints": to_jsonable(rows)})
+                       "due": to_jsonable(snap.due), "endpoints": to_jsonable(snap.endpoints),
+                       "tenants": to_jsonable(snap.tenants)})
 
 
 @cli.command()
@@ -46,11 +58,15 @@ def _as_json(rows: list[st.EndpointStats], due: st.DueSummary) -> str:
 @click.option("--watch", type=click.FloatRange(min=0.2), is_flag=False, flag_value=2.0,
               default=None, metavar="[SECONDS]",
               help="Refresh every SECONDS (2 if omitted) until Ctrl-C.")
+@tenant_option("Only this tenant's endpoints (and the all-tenants ones), counting only "
+               "deliveries of its events.")
 @click.option("--iterations", type=click.IntRange(min=1), default=None, hidden=True)
 @pass_ctx
-def stats(ctx: Context, as_json: bool, watch: float | None, iterations: int | None) -> None:
+def stats(ctx: Context, as_json: bool, watch: float | None, tenant: str | None,
+          iterations: int | None) -> None:
     """Per endpoint: pending, due now, in flight, delivered and dead in the last hour,
-    how long the oldest due delivery has waited, and the last error.
+    how long the oldest due delivery has waited, and the last error; then the top 10
+    tenants by due backlog (tenant-less events show as -), with the oldest wait of each.
 
     Cheap enough to run every few seconds: it reads the partial indexes of the backlog
     and the last hour of finished deliveries, never the whole history.
@@ -59,22 +75,23 @@ def stats(ctx: Context, as_json: bool, watch: float | None, iterations: int | No
     Examples:
       outbox stats
       outbox stats --watch 5
+      outbox stats --tenant acme
       outbox stats --json | jq '.endpoints[] | select(.dead_1h > 0)'
     """
     shown = 0
     with contextlib.suppress(KeyboardInterrupt):
         while True:
-            rows, due = _snapshot(ctx)
+            snap = _snapshot(ctx, tenant)
             if as_json:
-                click.echo(_as_json(rows, due) if watch else
-                           json.dumps(json.loads(_as_json(rows, due)), indent=2))
+                click.echo(_as_json(snap) if watch else
+                           json.dumps(json.loads(_as_json(snap)), indent=2))
             else:
                 if watch and shown:
                     click.clear()
                 if watch:
                     click.echo(f"every {watch:g}s, Ctrl-C to stop   "
                                f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M:%SZ}")
-                _print(rows, due)
+                _print(snap)
             shown += 1
             if watch is None or (iterations is not None and shown >= iterations):
                 return

@@ -26,6 +26,8 @@ def test_every_operator_command_has_help_with_an_example(args: list[str]) -> Non
     (["replay", "--id", "123"], 1, "error: no delivery 123\n"),
     (["replay"], 2, "say what to replay"),
     (["dead", "list", "--since", "last tuesday"], 2, "'last tuesday' is neither a time ago"),
+    (["replay", "--all", "--tenant", ""], 1, "error: tenant must be a non-empty string"),
+    (["stats", "--tenant", "t" * 129], 1, "error: tenant is 129 characters, over 128\n"),
     (["endpoints", "rotate-secret", "00000000-0000-0000-0000-000000000000"], 1,
      "error: no endpoint 00000000-0000-0000-0000-000000000000\n"),
 ])

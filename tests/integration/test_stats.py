@@ -63,18 +63,25 @@ def test_stats_json_numbers(db_url: str, dataset: tuple[uuid.UUID, uuid.UUID]) -
         "pending": 0, "due": 0, "in_flight": 0, "delivered_1h": 0, "dead_1h": 0,
         "oldest_due_seconds": None, "last_error": "HTTP 410"}
     assert data["due"]["due"] == 3 and 595 <= data["due"]["oldest_due_seconds"] <= 630
+    (tenantless,) = data["tenants"]
+    assert tenantless["tenant"] is None and tenantless["due"] == 3
+    assert 595 <= tenantless["oldest_due_seconds"] <= 630
 
 
 def test_stats_table(db_url: str, dataset: tuple[uuid.UUID, uuid.UUID]) -> None:
     a, _ = dataset
     done = invoke(db_url, "stats")
     assert done.exit_code == 0, done.output
-    header, row_a, row_b, total = done.stdout.splitlines()
+    header, row_a, row_b, total, blank, title, tenant_header, tenant_row = (
+        done.stdout.splitlines())
     assert header.split()[:4] == ["endpoint", "url", "pending", "due"]
     assert row_a.split()[:8] == [str(a), "http://127.0.0.1:9/a", "6", "3", "1", "4", "1", "10m"]
     assert row_a.endswith("HTTP 503")
     assert row_b.split()[2:8] == ["0", "0", "0", "0", "0", "-"] and row_b.endswith("HTTP 410")
     assert total == "due now: 3, oldest due: 10m"
+    assert (blank, title) == ("", "top tenants by due backlog (at most 10):")
+    assert tenant_header.split() == ["tenant", "due", "oldest", "due"]
+    assert tenant_row.split() == ["-", "3", "10m"]  # tenant-less events
 
 
 def test_stats_watch(db_url: str, dataset: tuple[uuid.UUID, uuid.UUID]) -> None:
@@ -98,6 +105,7 @@ def test_stats_bad_arguments(db_url: str, args: list[str], message: str) -> None
 def test_stats_on_an_empty_schema(db_url: str) -> None:
     done = invoke(db_url, "stats", "--json")
     assert json.loads(done.stdout)["endpoints"] == []
+    assert json.loads(done.stdout)["tenants"] == []
 
 
 def test_stats_without_schema_is_one_line(blank_db_url: str) -> None:
