@@ -1,21 +1,31 @@
 -- outbox 0004: tenants, wildcard type filters, and the indexes that keep fan-out and the
 -- fair claim proportional to their own work.
 --
--- Safe to apply under load: the new columns have no default (events.tenant,
--- endpoints.tenant) or a constant one (all_tenants), which PostgreSQL 11+ records in the
--- catalog without rewriting the table; the CHECK constraints are added NOT VALID, so no
--- scan of the table runs under the lock: PostgreSQL enforces them on every row inserted or
--- updated from now on, and the existing rows (tenant NULL, all_tenants false) satisfy them.
--- Each ALTER's ACCESS EXCLUSIVE lock lasts until the migration commits (milliseconds),
--- but it waits behind any long transaction that touched these tables.
---
--- The index on deliveries is built inside the migration's transaction, which blocks
--- writes to deliveries (emits) for one scan of the table. On a large, busy table build it
--- beforehand without blocking, then migrate (IF NOT EXISTS makes this file skip it):
+-- Locks, in order (the whole file is one transaction, so each lock is held until commit):
+-- 1. The index on deliveries, first: its build takes a SHARE lock on deliveries for one
+--    scan of the table, which blocks emits and claims (not reads) while it runs. On a
+--    large, busy table build it beforehand without blocking, then migrate (IF NOT EXISTS
+--    makes this file skip it):
 --   CREATE INDEX CONCURRENTLY deliveries_pending_by_endpoint
 --       ON <schema>.deliveries (endpoint_id, visible_at)
 --       WHERE state = 'pending' AND visible_at < 'infinity';
--- (endpoints is small: its indexes build in milliseconds.)
+-- 2. The ALTERs take ACCESS EXCLUSIVE on events and endpoints until commit: catalog-only
+--    changes (columns without a default, or with a constant one, which PostgreSQL 11+
+--    records without rewriting the table; CHECK constraints NOT VALID, so no scan: they
+--    are enforced on every row written from now on, and the existing rows satisfy them),
+--    then the endpoints indexes (endpoints is small: milliseconds). What can be long is
+--    the wait for the lock: an ALTER queues behind any open transaction that touched the
+--    table, and every later query on it queues behind the ALTER. Run it when no long
+--    transaction is open, or bound the wait and retry on failure (libpq reads PGOPTIONS;
+--    the migration rolls back whole if a lock is not granted in time):
+--      PGOPTIONS='-c lock_timeout=3s' outbox migrate
+
+-- The fair claim rotates over endpoints with pending work (a skip scan over endpoint_id)
+-- and takes each one's oldest due rows; parked rows (visible_at = infinity: a disabled
+-- endpoint) are left out, so a disabled endpoint costs the rotation nothing.
+CREATE INDEX IF NOT EXISTS deliveries_pending_by_endpoint
+    ON deliveries (endpoint_id, visible_at)
+    WHERE state = 'pending' AND visible_at < 'infinity';
 
 -- The tenant an event belongs to (NULL: tenant-less, as every event before this version).
 ALTER TABLE events ADD COLUMN tenant text;
@@ -38,10 +48,3 @@ ALTER TABLE endpoints ADD CONSTRAINT endpoints_one_tenant_or_all
 -- tenant-less event) and the all-tenants ones, by index: never a scan of all endpoints.
 CREATE INDEX IF NOT EXISTS endpoints_by_tenant ON endpoints (tenant, id);
 CREATE INDEX IF NOT EXISTS endpoints_all_tenants ON endpoints (id) WHERE all_tenants;
-
--- The fair claim rotates over endpoints with pending work (a skip scan over endpoint_id)
--- and takes each one's oldest due rows; parked rows (visible_at = infinity: a disabled
--- endpoint) are left out, so a disabled endpoint costs the rotation nothing.
-CREATE INDEX IF NOT EXISTS deliveries_pending_by_endpoint
-    ON deliveries (endpoint_id, visible_at)
-    WHERE state = 'pending' AND visible_at < 'infinity';

@@ -242,6 +242,22 @@ def refusal(plan: ReplayPlan) -> str | None:
             "run `outbox endpoints enable ID` or pass --enable-endpoint")
 
 
+def _check_enable_scope(conn: psycopg.Connection[Any], schema: str, tenant: str | None,
+                        disabled: list[EndpointShare]) -> None:
+    """Under a tenant scope, enabling an endpoint is allowed only for that tenant's own:
+    enabling a shared (all-tenants) endpoint would make every tenant's parked rows due."""
+    if tenant is None:
+        return
+    for share in disabled:
+        owner = ep.get(conn, share.endpoint_id, schema=schema)
+        if owner.tenant != tenant:
+            whose = "every tenant's" if owner.all_tenants else f"tenant {owner.tenant!r}'s"
+            raise OperationRefused(
+                f"endpoint {owner.id} is disabled and receives {whose} events: enabling it"
+                f" under --tenant {tenant} would release other tenants' deliveries; enable it"
+                " with `outbox endpoints enable ID` (or replay without --tenant)")
+
+
 def replay(
     conn: psycopg.Connection[Any],
     *,
@@ -265,6 +281,8 @@ def replay(
     reason = refusal(plan)
     if reason and not enable_endpoints:
         raise OperationRefused(reason)
+    if enable_endpoints:
+        _check_enable_scope(conn, schema, selection.tenant, plan.disabled)
     enabled = []
     for share in plan.disabled:
         with conn.transaction():

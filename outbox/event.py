@@ -27,7 +27,8 @@ class Event:
 
     ``payload`` is any JSON-serialisable value; it is serialised once, at emit time, and
     those exact bytes are what every delivery signs and POSTs. ``key`` is an optional
-    ordering key. ``idempotency_key``, when given, makes re-emitting the same key a no-op.
+    ordering key. ``idempotency_key``, when given, makes re-emitting the same key a no-op
+    (per tenant: two tenants may use the same key).
     ``tenant`` (1-128 characters, no control characters) scopes delivery: the event
     reaches only the endpoints registered for that tenant, plus those that opted in to
     every tenant; a tenant-less event (None) reaches the tenant-less endpoints only.
@@ -42,7 +43,13 @@ class Event:
 
 @dataclass(frozen=True, slots=True)
 class PreparedEvent:
-    """A validated event: its new id and serialised payload, ready for one INSERT."""
+    """A validated event: its new id and serialised payload, ready for one INSERT.
+
+    ``idempotency_key`` is the stored key, scoped by tenant: the caller's key for a
+    tenant-less event, else ``tenant + U+001F + key`` (neither part may hold a control
+    character, so the pair is unambiguous). The unique index on ``events.idempotency_key``
+    then dedupes per tenant with no schema change (migration 0004 adds no index on events).
+    """
 
     id: uuid.UUID
     type: str
@@ -75,8 +82,16 @@ def prepare(event: Event, max_payload_bytes: int) -> PreparedEvent:
             f"payload of {event.type!r} is {size} bytes, over the {max_payload_bytes}-byte limit"
             " (OUTBOX_MAX_PAYLOAD_BYTES)"
         )
-    return PreparedEvent(new_id(), event.type, body, event.key, event.idempotency_key,
+    return PreparedEvent(new_id(), event.type, body, event.key,
+                         stored_idempotency_key(event.tenant, event.idempotency_key),
                          event.tenant)
+
+
+def stored_idempotency_key(tenant: str | None, key: str | None) -> str | None:
+    """The key as stored: per tenant (see :class:`PreparedEvent`)."""
+    if key is None or tenant is None:
+        return key
+    return f"{tenant}\x1f{key}"
 
 
 def check_type(value: object) -> None:

@@ -380,3 +380,27 @@ def test_scoped_statement_reads_indexes_not_the_history(history: str, name: str)
     assert all(used & set(either.split("|")) for either in indexes), scans  # a|b: either
     assert {i for t, i in scans if t != "Seq Scan" and i and i.startswith("events")} <= {
         "events_pkey"}, scans
+
+
+def test_enable_endpoint_under_a_tenant_refuses_a_shared_endpoint(db_url: str,
+                                                                  world: World) -> None:
+    """Enabling the disabled all-tenants endpoint would make globex's parked rows due:
+    under --tenant acme it is refused with nothing changed; acme's own endpoint is fine."""
+    def parked() -> list[tuple[Any, ...]]:  # visible_at may be infinity: read it as text
+        return execute(db_url, f"SELECT d.id, d.state, d.visible_at::text, p.enabled"
+                               f" FROM {SCHEMA}.deliveries d JOIN {SCHEMA}.endpoints p"
+                               " ON p.id = d.endpoint_id ORDER BY d.id")
+
+    for endpoint in (world.everyone, world.a.endpoint):
+        assert invoke(db_url, "endpoints", "disable", str(endpoint)).exit_code == 0
+    before = parked()
+    shared = invoke(db_url, "replay", "--tenant", A, "--all", "--enable-endpoint")
+    assert shared.exit_code == 1, shared.output
+    assert "every tenant's events" in shared.output and str(world.everyone) in shared.output
+    assert parked() == before
+    assert invoke(db_url, "endpoints", "enable", str(world.everyone)).exit_code == 0
+    others = _others(db_url)
+    own = invoke(db_url, "replay", "--tenant", A, "--all", "--enable-endpoint")
+    assert own.exit_code == 0, own.output
+    assert _others(db_url) == others
+    assert _states(db_url, world.a.dead) == {"pending"}

@@ -46,6 +46,11 @@ def _many_keyed(conn: psycopg.Connection[Any], events: list[Event]) -> list[uuid
     return outbox.emit_many(conn, keyed)  # the INSERT ... unnest path
 
 
+def _many_keyed_same_key(conn: psycopg.Connection[Any], events: list[Event]
+                         ) -> list[uuid.UUID]:
+    return outbox.emit_many(conn, events)  # keys as given: the INSERT ... unnest path
+
+
 def _async_one(conn: psycopg.Connection[Any], events: list[Event]) -> list[uuid.UUID]:
     async def go() -> list[uuid.UUID]:
         async with await psycopg.AsyncConnection.connect(conn.info.dsn) as ac:
@@ -182,3 +187,19 @@ def test_rows_from_before_tenants_keep_working(blank_db_url: str,
             new = outbox.emit(c, Event("invoice.paid", {}), schema=SCHEMA)
         rows = c.execute("SELECT event_id, state FROM outbox.deliveries ORDER BY id").fetchall()
     assert rows == [(uuid.UUID(int=2), "pending"), (new, "pending")]
+
+
+@pytest.mark.parametrize("emit", [_one_by_one, _many_keyed_same_key],
+                         ids=["emit", "emit_many-keyed"])
+def test_idempotency_keys_are_per_tenant(db_url: str, conn: psycopg.Connection[Any],
+                                         emit: Emitter) -> None:
+    a, b = _add(db_url, tenant="acme"), _add(db_url, tenant="globex")
+    plain = _add(db_url)
+    events = [Event("order.created", {"n": n}, tenant=t, idempotency_key="order-1")
+              for n, t in enumerate(["acme", "globex", None, "acme"])]
+    ids = emit(conn, events)
+    conn.commit()
+    acme, globex, none, acme_again = ids
+    assert acme_again == acme and len({acme, globex, none}) == 3
+    assert _routes(db_url) == {(acme, a), (globex, b), (none, plain)}
+    assert count(db_url, "events") == 3
