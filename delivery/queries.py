@@ -16,8 +16,11 @@ from __future__ import annotations
 #    partial index deliveries_pending_by_endpoint (endpoint_id, visible_at): each step
 #    is one index descent to the first entry of the next endpoint_id, which is also
 #    that endpoint's oldest pending visible_at. It starts just after the endpoint where
-#    this connection's previous claim stopped, wraps around once, and visits at most
-#    %(limit)s endpoints. picked: from each visited endpoint whose oldest row is due,
+#    this connection's previous claim stopped, wraps around once, and stops after
+#    %(limit)s endpoints with due rows or greatest(4 * limit, 100) endpoints in all
+#    (endpoints holding only future rows, such as scheduled retries, are passed over at
+#    one descent each, and a busy worker's small claims still look past a crowd of them).
+#    picked: from each visited endpoint whose oldest row is due,
 #    its k oldest due rows (one descent each), k = limit / (due endpoints visited), so
 #    the ring never takes more than limit rows.
 # 2. fill: the rest of the capacity from the global oldest-due FIFO (the partial index
@@ -25,18 +28,22 @@ from __future__ import annotations
 #    transaction's own locks). A lone burst still drains at full claim size.
 #
 # Fairness unit: the endpoint (so the tenant, as far as tenants have their own
-# endpoints). While at most `limit` endpoints have pending rows, every claim visits all
-# of them: a quiet endpoint's due row is claimed by the next claim, whatever the backlog
-# of the others. With more, each connection's ring moves on by `limit` endpoints a
-# claim, so every endpoint with due work is visited at least once every
-# ceil(endpoints with pending rows / limit) claims of a connection (and sooner through
-# the fill, if its rows are the oldest). Endpoints whose rows are all parked
-# (visible_at = infinity: disabled) are not in the index and cost the ring nothing;
+# endpoints). While at most `limit` endpoints have due rows and at most
+# greatest(4 * limit, 100) have pending rows, every claim visits all of them: a quiet
+# endpoint's due row is claimed by the next claim, whatever the backlog of the others.
+# With more, each connection's ring moves on by up to `limit` due endpoints a claim, so
+# every endpoint with due work is visited within ceil(endpoints with due rows / limit)
+# claims of a connection, or ceil(endpoints with pending rows / greatest(4 * limit, 100))
+# when most hold only future rows (and sooner through the fill, if its rows are oldest).
+# Endpoints whose rows are all parked (visible_at = infinity: disabled) are not in the
+# index and cost the ring nothing;
 # endpoints with only future rows (retries, leases, an open breaker) cost one descent.
 #
-# Cost: at most `limit` descents for the ring, `limit` for picked, and a fill that walks
-# at most 2 * limit entries of the due index, plus the updates: proportional to the
-# claim, not to the backlog, the history or the number of endpoints (tests/integration/
+# Cost: at most greatest(4 * limit, 100) descents for the ring, `limit` for picked, and a
+# fill that walks the due index from its oldest entry past the rows the ring took and the
+# rows other claims hold locked (SKIP LOCKED steps over them), plus the updates:
+# proportional to the claim and the concurrency, not to the backlog, the history or the
+# number of endpoints (tests/integration/
 # test_claim_plan.py: EXPLAIN with 5,000 endpoints, 50,000 delivered rows; bench.history).
 #
 # The rotation's position is a per-connection setting (outbox.claim_after, set with
@@ -65,8 +72,9 @@ from __future__ import annotations
 _PENDING = "state = 'pending' AND visible_at < 'infinity'"  # deliveries_pending_by_endpoint
 _LAST_UUID = "'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid"
 CLAIM = """
-WITH RECURSIVE ring (endpoint_id, oldest, n, wrapped, after) AS (
-    (SELECT head.endpoint_id, head.visible_at, 1, head.wrapped, cur.after
+WITH RECURSIVE ring (endpoint_id, oldest, n, due, wrapped, after) AS (
+    (SELECT head.endpoint_id, head.visible_at, 1, (head.visible_at <= now())::int,
+            head.wrapped, cur.after
        FROM (SELECT NULLIF(current_setting('outbox.claim_after', true), '')::uuid
                  AS after) cur
       CROSS JOIN LATERAL (
@@ -79,7 +87,8 @@ WITH RECURSIVE ring (endpoint_id, oldest, n, wrapped, after) AS (
             ORDER BY endpoint_id, visible_at LIMIT 1)
           LIMIT 1) head)
   UNION ALL
-    SELECT nxt.endpoint_id, nxt.visible_at, r.n + 1, nxt.wrapped, r.after
+    SELECT nxt.endpoint_id, nxt.visible_at, r.n + 1, r.due + (nxt.visible_at <= now())::int,
+           nxt.wrapped, r.after
       FROM ring r
      CROSS JOIN LATERAL (
           (SELECT endpoint_id, visible_at, r.wrapped AS wrapped FROM {schema}.deliveries
@@ -92,7 +101,7 @@ WITH RECURSIVE ring (endpoint_id, oldest, n, wrapped, after) AS (
             WHERE NOT r.wrapped AND PENDING AND endpoint_id <= r.after
             ORDER BY endpoint_id, visible_at LIMIT 1)
           LIMIT 1) nxt
-     WHERE r.n < %(limit)s),
+     WHERE r.due < %(limit)s AND r.n < greatest(4 * %(limit)s, 100)),
 share AS MATERIALIZED (
     SELECT %(limit)s / greatest(count(*) FILTER (WHERE oldest <= now()), 1) AS k,
            set_config('outbox.claim_after',

@@ -69,9 +69,10 @@ def test_claim_plan_uses_the_partial_indexes(db_url: str) -> None:
     assert "Index Scan using events_pkey" in plan and "Index Scan using endpoints_pkey" in plan
     # events and endpoints were never analysed (stale statistics): still no scan of any table
     assert not SCANS.findall(plan), plan
-    # the rotation visits at most `limit` of the 5,001 endpoints with pending rows
+    # the rotation visits at most greatest(4 * limit, 100) of the 5,001 endpoints with
+    # pending rows (most hold only future rows here)
     ring = re.search(r"Recursive Union .*actual rows=(\d+) loops=1", analyzed)
-    assert ring is not None and int(ring.group(1)) <= 10, analyzed
+    assert ring is not None and int(ring.group(1)) <= 100, analyzed
     # the MATERIALIZED CTEs keep the UPDATE to the LIMIT, and the fill finds the due rows
     assert len(claimed) == 10
     assert {r[7] for r in claimed} == {due_endpoint}
