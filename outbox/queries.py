@@ -395,15 +395,20 @@ SELECT count(*) AS due,
 
 # The tenants with the most due deliveries (NULL: tenant-less events), each with the wait
 # of its oldest. It reads the due rows through deliveries_due and probes each one's event
-# by primary key (a per-row subplan, never a join that could scan events): the cost follows
-# the due backlog, not the history.
+# by primary key (a per-row subplan, never a join that could scan events). Unscoped it
+# counts the oldest 10,000 due rows only (LIMIT 10000), so a --watch of a huge backlog
+# stays cheap, and the tenants that dominate the head of the queue are the ones shown;
+# scoped to a tenant it counts all that tenant's due rows (LIMIT NULL: no limit), at a
+# cost that follows the due backlog, never the history.
 STATS_TOP_TENANTS = """
 SELECT tenant, count(*) AS due,
        extract(epoch FROM now() - min(visible_at))::float8 AS oldest_due_seconds
   FROM (SELECT d.visible_at,
                (SELECT e.tenant FROM {schema}.events e WHERE e.id = d.event_id) AS tenant
           FROM {schema}.deliveries d
-         WHERE d.state = 'pending' AND d.visible_at <= now()) due
+         WHERE d.state = 'pending' AND d.visible_at <= now()
+         ORDER BY d.visible_at
+         LIMIT CASE WHEN %(tenant)s::text IS NULL THEN 10000 END) due
  WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s::text
  GROUP BY tenant
  ORDER BY count(*) DESC, min(visible_at), tenant NULLS FIRST

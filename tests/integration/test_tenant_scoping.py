@@ -404,3 +404,22 @@ def test_enable_endpoint_under_a_tenant_refuses_a_shared_endpoint(db_url: str,
     assert own.exit_code == 0, own.output
     assert _others(db_url) == others
     assert _states(db_url, world.a.dead) == {"pending"}
+
+
+def test_top_tenants_counts_the_oldest_10000_due_unless_scoped(db_url: str) -> None:
+    """Unscoped, the view counts the head of the queue (oldest 10,000 due rows); scoped
+    to a tenant, all of that tenant's due rows."""
+    endpoint = add_endpoint(db_url, BASE + "all", all_tenants=True)
+    execute(db_url, f"""
+        WITH ev AS (INSERT INTO {SCHEMA}.events (id, type, payload, tenant)
+                    SELECT gen_random_uuid(), 'x', '{{}}',
+                           CASE WHEN g <= 6000 THEN 'acme' ELSE 'globex' END
+                      FROM generate_series(1, 10005) g RETURNING id, tenant)
+        INSERT INTO {SCHEMA}.deliveries (event_id, endpoint_id, visible_at)
+        SELECT id, %s, now() - CASE WHEN tenant = 'acme' THEN interval '1 hour'
+                                    ELSE interval '1 minute' END FROM ev""", (endpoint,))
+    with psycopg.connect(db_url) as c:
+        unscoped = {t.tenant: t.due for t in st.top_tenants(c, schema=SCHEMA)}
+        scoped = {t.tenant: t.due for t in st.top_tenants(c, schema=SCHEMA, tenant=B)}
+    assert unscoped == {A: 6000, B: 4000}
+    assert scoped == {B: 4005}
