@@ -67,11 +67,3 @@ def validate_scope(tenant: str | None, all_tenants: bool) -> str | None:
     except InvalidEvent as exc:
         raise InvalidEndpoint(str(exc)) from None
     return tenant
-
-
-def matches(event_types: Sequence[str] | None, event_type: str) -> bool:
-    """Whether a stored filter takes ``event_type`` (the SQL rule, for display and tests)."""
-    if event_types is None:
-        return True
-    return any(f == event_type or (f.endswith(PREFIX_SUFFIX) and event_type.startswith(f[:-1]))
-               for f in event_types)

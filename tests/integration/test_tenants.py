@@ -203,3 +203,21 @@ def test_idempotency_keys_are_per_tenant(db_url: str, conn: psycopg.Connection[A
     assert acme_again == acme and len({acme, globex, none}) == 3
     assert _routes(db_url) == {(acme, a), (globex, b), (none, plain)}
     assert count(db_url, "events") == 3
+
+
+def test_bad_filter_on_update_and_cli_writes_nothing(db_url: str) -> None:
+    endpoint = _add(db_url, event_types=["invoice.paid"])
+    with psycopg.connect(db_url, autocommit=True) as c:
+        with pytest.raises(InvalidEndpoint, match="'invoice\\*'"):
+            ep.update(c, endpoint, schema=SCHEMA, event_types=["invoice*"])
+        assert ep.get(c, endpoint, schema=SCHEMA).event_types == ["invoice.paid"]
+    env = {"OUTBOX_ALLOW_NETWORKS": "0.0.0.0/0"}
+    added = invoke(db_url, "endpoints", "add", "https://a.example/h", "--event-type", "a*",
+                   env=env)
+    updated = invoke(db_url, "endpoints", "update", str(endpoint), "--event-type", "x.**",
+                     env=env)
+    assert (added.exit_code, updated.exit_code) == (1, 1), added.output + updated.output
+    assert "event-type filter" in added.output and "event-type filter" in updated.output
+    assert count(db_url, "endpoints") == 1
+    with psycopg.connect(db_url, autocommit=True) as c:
+        assert ep.get(c, endpoint, schema=SCHEMA).event_types == ["invoice.paid"]
