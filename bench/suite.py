@@ -19,6 +19,8 @@ own scratch database on the local PostgreSQL, as ``python -m bench.<module>`` wo
 - ``fairness``: ``bench.fairness.run`` -- nine healthy endpoints while a tenth hangs / 500s.
 - ``neighbour``: ``bench.neighbour.run`` -- a quiet tenant's p99 during another's burst.
 - ``memory``: ``bench.memory.measure`` -- worker RSS with 1,000 requests in flight.
+- ``wakeup``: ``bench.wakeup.run`` -- lone-event latency and idle worker transactions/s,
+  notify vs poll; 16 concurrent emitters with wake-ups on vs off.
 
 A section that raises is recorded as an error (its rows say so) and the next one runs.
 Then one table (target | ours | reference | ratio | target value | met?) is printed, and
@@ -147,6 +149,12 @@ def run_neighbour(s: Sizes) -> Results:
     return neighbour.run(s.neighbour_events, s.neighbour_rate)
 
 
+def run_wakeup(s: Sizes) -> Results:
+    """bench.wakeup: lone-event latency, idle cost, 16 emitters with wake-ups on vs off."""
+    from bench import wakeup
+    return wakeup.run(quick=s is QUICK or s.seconds < FULL.seconds)
+
+
 def run_memory(s: Sizes) -> Results:
     """bench.memory: worker RSS, idle and with ``in_flight`` requests held open."""
     from bench import memory
@@ -162,6 +170,7 @@ SECTIONS: dict[str, Callable[[Sizes], Results]] = {
     "tenants": run_tenants, "pgqueuer": run_pgqueuer, "procrastinate": run_procrastinate,
     "history": run_history,
     "fairness": run_fairness, "neighbour": run_neighbour, "memory": run_memory,
+    "wakeup": run_wakeup,
 }
 GROUPS = {"peer": ("pgqueuer", "procrastinate"), "deliver": ("throughput", "latency")}
 
@@ -217,6 +226,21 @@ TARGETS = (
     Target("noisy neighbour: burst drain rate vs the burst alone",
            ("neighbour", "with_quiet", "deliveries_per_s"), ">=", 0.9, "/s",
            reference=("neighbour", "alone", "deliveries_per_s")),
+    Target("lone event, emit-commit to receipt p50 (OUTBOX_WAKEUP=notify)",
+           ("wakeup", "latency", "notify", "latency_ms", "p50"), "<=", 5, "ms", 1),
+    Target("lone event, emit-commit to receipt p90 (OUTBOX_WAKEUP=notify)",
+           ("wakeup", "latency", "notify", "latency_ms", "p90"), "<=", 10, "ms", 1),
+    Target("idle worker, transactions/s (OUTBOX_WAKEUP=notify)",
+           ("wakeup", "idle_tx_per_s", "notify"), "<=", 1.0, "/s", 2),
+    Target("16 emitters, 1 event/tx, wake-up on (workers busy) vs off",
+           ("wakeup", "emit_16", "batch_1", "tx_per_s", "sentinel, workers busy"), ">=", 0.9,
+           "tx/s", reference=("wakeup", "emit_16", "batch_1", "tx_per_s", "off")),
+    Target("16 emitters, 100-event emit_many/tx, wake-up on (workers busy) vs off",
+           ("wakeup", "emit_16", "batch_100", "tx_per_s", "sentinel, workers busy"), ">=",
+           0.9, "tx/s", reference=("wakeup", "emit_16", "batch_100", "tx_per_s", "off")),
+    Target("(info) 16 emitters, 1 event/tx, NOTIFY in every tx vs off",
+           ("wakeup", "emit_16", "batch_1", "tx_per_s", "notify every transaction"), "", 0,
+           "tx/s", reference=("wakeup", "emit_16", "batch_1", "tx_per_s", "off")),
     Target("worker RSS, 1,000 requests in flight", ("memory", "peak_rss_mb"), "<", 200, "MB",
            requires=("memory", "all_in_flight")),
 )

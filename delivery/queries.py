@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from outbox.queries import WAKE_CHANNEL, WAKE_KEY
+
 # The claim: lease up to %(limit)s due deliveries, fairly across endpoints.
 #
 # Leases. Each claimed row's visible_at moves to now() + lease, so a crashed worker's rows
@@ -247,4 +249,32 @@ DEMO_PENDING = "SELECT count(*) FROM {schema}.deliveries WHERE state = 'pending'
 DEMO_SUMMARY = """
 SELECT state, count(*) AS deliveries, sum(attempts) AS attempts
   FROM {schema}.deliveries GROUP BY state ORDER BY state
+"""
+
+# --- wake-up (outbox.delivery.wakeup; the emitting side is outbox.queries.WAKE*) ---------
+# All on the worker's own listening connection (a direct session: LISTEN and session
+# advisory locks do not survive a transaction-mode pooler).
+# LISTEN on the schema's channel (a DO block: LISTEN takes no parameter, and the channel
+# name is computed in SQL, once, by outbox.queries.WAKE_CHANNEL).
+WAKE_LISTEN = "DO $$ BEGIN EXECUTE format('LISTEN %I', " + WAKE_CHANNEL + "); END $$"
+# How long arming may wait for emitting transactions that skipped the NOTIFY to end.
+WAKE_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %s, false)"
+# Arm: become the schema's one idle sentinel (a try: another idle worker may be it), then
+# take the wake key exclusively: it waits (up to lock_timeout) for every open emitting
+# transaction that holds it shared, so the claim that follows sees their rows. From then
+# on every emitting transaction NOTIFYs. True: armed; false: another worker is the
+# sentinel (this one still LISTENs); SQLSTATE 55P03: an emitting transaction is still open.
+WAKE_ARM = (
+    "SELECT CASE WHEN pg_try_advisory_lock(hashtext('outbox.wakeup.sentinel'),"
+    " hashtext('{schema}')) THEN (SELECT true FROM pg_advisory_lock(" + WAKE_KEY + "))"
+    " ELSE false END"
+)
+# Disarm (busy: it will claim again by itself): emitting transactions stop NOTIFYing.
+WAKE_DISARM = "SELECT pg_advisory_unlock_all()"
+# Seconds until the earliest pending delivery comes due (a retry, a lease, a breaker's
+# pause), negative if one is due now, NULL if none: one descent of deliveries_due.
+NEXT_DUE = """
+SELECT EXTRACT(EPOCH FROM visible_at - now())::float8 FROM {schema}.deliveries
+ WHERE state = 'pending' AND visible_at < 'infinity'
+ ORDER BY visible_at LIMIT 1
 """

@@ -30,7 +30,9 @@ class WorkerSettings(Settings):
     retry_cap_seconds: float = Field(default=8 * 3600.0, gt=0)
     retry_after_max_seconds: float = Field(default=3600.0, ge=0)
     max_attempts: int = Field(default=15, ge=1, le=100)
-    poll_interval_seconds: float = Field(default=0.05, gt=0, le=60)
+    # Idle poll. None: 2 s with OUTBOX_WAKEUP=notify (only a fallback there: idle workers
+    # are woken by NOTIFY and at the next pending row's due time), 0.05 s with poll.
+    poll_interval_seconds: float | None = Field(default=None, gt=0, le=60)
     concurrency: int = Field(default=100, ge=1, le=10_000)
     batch_size: int = Field(default=100, ge=1, le=10_000)
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
@@ -71,6 +73,13 @@ class WorkerSettings(Settings):
         if self.retry_base_seconds > self.retry_cap_seconds:
             raise ValueError("OUTBOX_RETRY_BASE_SECONDS must not exceed OUTBOX_RETRY_CAP_SECONDS")
         return self
+
+    @property
+    def poll_seconds(self) -> float:
+        """The idle poll interval in effect (see ``poll_interval_seconds``)."""
+        if self.poll_interval_seconds is not None:
+            return self.poll_interval_seconds
+        return 2.0 if self.wakeup == "notify" else 0.05
 
     @property
     def default_endpoint_cap(self) -> int:

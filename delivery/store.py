@@ -98,6 +98,7 @@ class Store:
         self._claim_sql = render(queries.CLAIM, settings.schema_name)
         self._complete_sql = render(queries.COMPLETE, settings.schema_name)
         self._any_due_sql = render(queries.ANY_DUE, settings.schema_name)
+        self._next_due_sql = render(queries.NEXT_DUE, settings.schema_name)
         self.pool = AsyncConnectionPool(
             settings.database_url, min_size=1, max_size=pool_size, open=False,
             kwargs={"autocommit": True, "prepare_threshold": settings.prepare_threshold},
@@ -194,6 +195,16 @@ class Store:
             async with self.pool.connection() as conn:
                 row = await (await conn.execute(self._any_due_sql)).fetchone()
                 return bool(row and row[0])
+
+        return await self._retrying(op)
+
+    async def next_due(self) -> float | None:
+        """Seconds until the earliest pending delivery comes due (<= 0: due now); None
+        if nothing is pending."""
+        async def op() -> float | None:
+            async with self.pool.connection() as conn:
+                row = await (await conn.execute(self._next_due_sql)).fetchone()
+                return float(row[0]) if row and row[0] is not None else None
 
         return await self._retrying(op)
 

@@ -15,6 +15,11 @@ Guarantees:
   back after their lease. ``run`` then returns normally.
 - A database outage is logged and waited out with backoff; the worker neither exits nor
   spins.
+- Wake-up (``OUTBOX_WAKEUP=notify``, :mod:`outbox.delivery.wakeup`): an idle worker is
+  woken by the NOTIFY of a commit that gave it work, and sleeps otherwise until the
+  earliest pending row comes due or ``poll_interval`` passes, whichever is first; a lost
+  NOTIFY or listening connection costs at most that poll interval, never a stall. With
+  ``poll``, it claims every ``poll_interval`` while idle.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from outbox.delivery.request import send_job
 from outbox.delivery.retention_task import prune_loop
 from outbox.delivery.settings import WorkerSettings
 from outbox.delivery.store import Store
+from outbox.delivery.wakeup import BUSY_POLL_SECONDS, Waker
 from outbox.errors import OutboxError
 
 log = logging.getLogger("outbox.worker")
@@ -65,6 +71,7 @@ class Worker:
         self._done: list[Completion] = []
         self._have_done = asyncio.Event()
         self._wake = asyncio.Event()
+        self.waker = Waker(settings, self._wake.set) if settings.wakeup == "notify" else None
         self.stats = {"claimed": 0, "delivered": 0, "retry": 0, "dead": 0, "fenced": 0}
 
     def stop(self) -> None:
@@ -90,6 +97,9 @@ class Worker:
         pruner = None
         if self.settings.retention_seconds and not drain:
             pruner = asyncio.create_task(prune_loop(self.settings, self._stopped))
+        listener = None
+        if self.waker is not None and not drain:
+            listener = asyncio.create_task(self.waker.run(self._stopped), name="outbox-wakeup")
         try:
             await self._claim_loop(drain)
             await self._finish_inflight()
@@ -103,6 +113,8 @@ class Worker:
                 await gauges
             if pruner is not None:
                 await pruner
+            if listener is not None:
+                await listener
             await self.store.close()
 
     async def _backlog_loop(self) -> None:
@@ -137,7 +149,7 @@ class Worker:
                     continue  # more may be due: claim again at once
             if drain and not jobs and await self._drained():
                 return
-            await self._wait(cfg.poll_interval_seconds)
+            await self._pause(found=bool(jobs), drain=drain)
 
     async def _drained(self) -> bool:
         """Nothing in flight, nothing to record, nothing handed back just now, nothing due."""
@@ -178,12 +190,38 @@ class Worker:
             else:
                 self._record(defer(job, delay or 0.0))
 
-    async def _wait(self, timeout: float | None) -> None:
-        """Sleep until a slot frees, the poll interval passes, or stop() is called."""
+    async def _pause(self, *, found: bool, drain: bool) -> None:
+        """Between claims. Poll mode (or drain): the poll interval. Notify mode: a claim
+        that found work re-claims soon (each completion also wakes it); one that found
+        nothing arms the wake-up and sleeps until a NOTIFY, the earliest pending row's due
+        time, or the poll interval (a fallback tick costs one query, not a claim)."""
+        poll = self.settings.poll_seconds
+        if self.waker is None or drain:
+            await self._wait(poll)
+            return
+        if found:
+            self.waker.busy()
+            await self._wait(min(poll, BUSY_POLL_SECONDS))
+            return
+        self.waker.idle()
+        due_soon = 0.002
+        while not self._stopped.is_set():
+            due_in = await self.store.next_due()
+            if due_in is not None and due_in <= 0:  # due, but another claim holds it
+                await self._wait(min(poll, due_soon))
+                return
+            timeout = poll if due_in is None else min(poll, due_in + 0.001)
+            if await self._wait(timeout) or timeout < poll:
+                return
+
+    async def _wait(self, timeout: float | None) -> bool:
+        """Sleep until a slot frees, a wake-up, ``timeout`` or stop(); True if woken."""
         self._wake.clear()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
                 await self._wake.wait()
+                return True
+        return False
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
@@ -242,6 +280,9 @@ class Worker:
                                   " delivered again after their lease", len(batch))
                     continue
                 self._count(batch, applied)
+                if self.waker and any(c.state == "pending" and c.delay < float("inf")
+                                      for c in batch):
+                    self._wake.set()  # re-read the next due time: a retry was just scheduled
             if self._stopped.is_set() and not self._inflight:
                 return
 

@@ -20,6 +20,10 @@ Guarantees:
   and, as any failed statement does, aborts the caller's transaction.
 - Same ``idempotency_key`` twice (in one batch, one transaction, or across transactions):
   the second emit inserts nothing and returns the first event's id.
+- Wake-up (``OUTBOX_WAKEUP=notify``, the default): a transaction that wrote deliveries
+  sends at most one payload-less NOTIFY, and only while some worker is idle; otherwise
+  it holds a shared advisory lock until it ends (never waits for it). The NOTIFY is sent
+  at commit only; a rollback sends nothing. Delivery never depends on it: workers poll too.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ class _Batch:
     params: dict[str, list[Any]]
     # position in the caller's list -> position in params (first event with that key)
     slots: list[int] = field(default_factory=list)
+    wake: bool = False  # OUTBOX_WAKEUP=notify: the COPY path runs queries.WAKE after it
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,21 +91,25 @@ def _settings_schema(schema: str | None, settings: Settings | None) -> tuple[Set
 
 def _plan_one(event: Event, settings: Settings, schema: str) -> tuple[str, Any, PreparedEvent]:
     ev = prepare(event, settings.max_payload_bytes)
+    wake = settings.wakeup == "notify"
     if ev.idempotency_key is None:
         params: Any = (ev.id, ev.type, ev.payload, ev.key, current_traceparent(), ev.tenant)
-        return render(queries.EMIT_ONE, schema), params, ev
+        return render(queries.EMIT_ONE_WAKE if wake else queries.EMIT_ONE, schema), params, ev
     params = {
         "id": ev.id, "type": ev.type, "payload": ev.payload, "key": ev.key,
         "ikey": ev.idempotency_key, "traceparent": current_traceparent(), "tenant": ev.tenant,
     }
-    return render(queries.EMIT_ONE_IDEMPOTENT, schema), params, ev
+    query = queries.EMIT_ONE_IDEMPOTENT_WAKE if wake else queries.EMIT_ONE_IDEMPOTENT
+    return render(query, schema), params, ev
 
 
 def _plan_many(events: Iterable[Event], settings: Settings, schema: str) -> _Batch:
     cols: dict[str, list[Any]] = {
         k: [] for k in ("ids", "types", "payloads", "keys", "ikeys", "tenants")}
     traceparent = current_traceparent()
-    batch = _Batch(render(queries.EMIT_MANY, schema), cols)
+    wake = settings.wakeup == "notify"
+    batch = _Batch(render(queries.EMIT_MANY_WAKE if wake else queries.EMIT_MANY, schema), cols,
+                   wake=wake)
     first_by_key: dict[str, int] = {}
     for event in events:
         ev = prepare(event, settings.max_payload_bytes)
@@ -171,6 +180,8 @@ def _copy_many(conn: psycopg.Connection[Any], batch: _Batch, schema: str) -> lis
             copy.set_types(["uuid", "uuid"])
             for pair in _deliveries(batch, routes):
                 copy.write_row(pair)
+        if batch.wake and routes:
+            cur.execute(render(queries.WAKE, schema))
     return list(batch.params["ids"])
 
 
@@ -187,6 +198,8 @@ async def _copy_many_async(conn: psycopg.AsyncConnection[Any], batch: _Batch, sc
             copy.set_types(["uuid", "uuid"])
             for pair in _deliveries(batch, routes):
                 await copy.write_row(pair)
+        if batch.wake and routes:
+            await cur.execute(render(queries.WAKE, schema))
     return list(batch.params["ids"])
 
 

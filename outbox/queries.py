@@ -123,6 +123,48 @@ EVENT_ID_BY_IDEMPOTENCY_KEY = """
 SELECT idempotency_key, id FROM {schema}.events WHERE idempotency_key = ANY (%s::text[])
 """
 
+# --- wake-up (issue 18; design, alternatives and figures: outbox/delivery/wakeup.py) ----
+# An idle worker holds the session advisory lock WAKE_KEY (exclusive) or waits for it. An
+# emitting transaction that wrote deliveries tries WAKE_KEY shared for the rest of its
+# transaction: if that fails, a worker is idle, and it sends ONE payload-less pg_notify
+# (PostgreSQL folds identical notifications of one transaction into one). If it succeeds,
+# every worker is busy claiming, nobody needs waking, and the transaction commits without
+# NOTIFY's database-wide commit lock; the shared lock it holds until commit makes a worker
+# that wants to go idle wait for that commit, then claim once more, so no event is missed.
+# Scope: advisory locks and channels are per database; the key and channel name hash the
+# schema ('{schema}' renders as the quoted name: a string constant here).
+WAKE_KEY = "hashtext('outbox.wakeup'), hashtext('{schema}')"
+WAKE_CHANNEL = "'outbox_wakeup_' || left(md5('{schema}'), 16)"
+_WAKE_IF_IDLE = f"""
+SELECT pg_notify({WAKE_CHANNEL}, '') FROM (SELECT 1 FROM fan LIMIT 1) wrote
+ WHERE NOT pg_try_advisory_xact_lock_shared({WAKE_KEY})"""
+# emit_many's COPY path: the same test as its own statement, after the deliveries' COPY.
+WAKE = (f"SELECT pg_notify({WAKE_CHANNEL}, '')"
+        f" WHERE NOT pg_try_advisory_xact_lock_shared({WAKE_KEY})")
+
+# The emit statements with the wake-up folded in (OUTBOX_WAKEUP=notify): no extra round
+# trip; the test runs only if the statement wrote a delivery.
+EMIT_ONE_WAKE = (
+    """
+WITH ins AS (
+    INSERT INTO {schema}.events (id, type, payload, key, idempotency_key, traceparent, tenant)
+    VALUES (%s, %s, %s::json, %s, NULL, %s, %s)
+    RETURNING id, type, tenant),
+fan AS (""" + _FAN_OUT + " RETURNING 1)" + _WAKE_IF_IDLE
+)
+EMIT_ONE_IDEMPOTENT_WAKE = EMIT_ONE_IDEMPOTENT.replace(
+    "fan AS (" + _FAN_OUT + ")",
+    "fan AS (" + _FAN_OUT + " RETURNING 1),\nwake AS (" + _WAKE_IF_IDLE + ")",
+).replace("SELECT id FROM ins\n", "SELECT id FROM ins WHERE (SELECT count(*) FROM wake) >= 0\n")
+EMIT_MANY_WAKE = EMIT_MANY.replace(
+    "fan AS (" + _FAN_OUT_GROUPED + ")",
+    "fan AS (" + _FAN_OUT_GROUPED + " RETURNING 1),\nwake AS (" + _WAKE_IF_IDLE + ")",
+).replace("  FROM input\n", "  FROM input LEFT JOIN (SELECT count(*) FROM wake) w ON true\n")
+assert all(q.count("FROM wake)") == 1 for q in (EMIT_ONE_IDEMPOTENT_WAKE, EMIT_MANY_WAKE))
+
+# Worker side (outbox.delivery.wakeup): the channel to LISTEN on, and the idle lock.
+WAKE_CHANNEL_NAME = f"SELECT {WAKE_CHANNEL}"
+
 # --- endpoints --------------------------------------------------------------------------
 _ENDPOINT_COLUMNS = """
     id, url, description, tenant, all_tenants, event_types, headers, enabled, disabled_reason,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
@@ -42,6 +43,10 @@ class Settings(BaseSettings):
     allow_networks: str = ""
     # Fernet keys (comma-separated, first encrypts) for signing secrets at rest.
     secret_key: SecretStr = SecretStr("")
+    # How workers learn of new work (OUTBOX_WAKEUP): "notify" -- an emitting transaction
+    # NOTIFYs when a worker is idle (outbox/delivery/wakeup.py); "poll" -- never, workers
+    # poll. Read by emit and by the worker.
+    wakeup: Literal["notify", "poll"] = "notify"
 
     @field_validator("allow_networks")
     @classmethod

@@ -29,6 +29,13 @@ def results() -> dict[str, Any]:
                       "alone": {"deliveries_per_s": 2000.0},
                       "with_quiet": {"deliveries_per_s": 1900.0}},
         "memory": {"peak_rss_mb": 104.0, "idle_rss_mb": 75.0, "all_in_flight": True},
+        "wakeup": {"latency": {"notify": {"latency_ms": {"p50": 3.1, "p90": 11.0}}},
+                   "idle_tx_per_s": {"notify": 0.7},
+                   "emit_16": {"batch_1": {"tx_per_s": {
+                       "off": 4000.0, "sentinel, workers busy": 3900.0,
+                       "notify every transaction": 2800.0}},
+                       "batch_100": {"tx_per_s": {"off": 700.0,
+                                                  "sentinel, workers busy": 600.0}}}},
     }
 
 
@@ -58,6 +65,12 @@ def test_every_target_judged_from_full_results() -> None:
         "noisy neighbour: quiet tenant p99 during a burst": False,  # 2,100 > 2,000 ms
         "noisy neighbour: burst drain rate vs the burst alone": True,  # 0.95x
         "worker RSS, 1,000 requests in flight": True,
+        "lone event, emit-commit to receipt p50 (OUTBOX_WAKEUP=notify)": True,
+        "lone event, emit-commit to receipt p90 (OUTBOX_WAKEUP=notify)": False,  # 11 > 10
+        "idle worker, transactions/s (OUTBOX_WAKEUP=notify)": True,
+        "16 emitters, 1 event/tx, wake-up on (workers busy) vs off": True,  # 0.975x
+        "16 emitters, 100-event emit_many/tx, wake-up on (workers busy) vs off": False,
+        "(info) 16 emitters, 1 event/tx, NOTIFY in every tx vs off": None,
     }
 
 
