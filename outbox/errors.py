@@ -15,7 +15,9 @@ Exception tree::
     ├── DeliveryNotFound        no delivery with that id
     ├── OperationRefused        an operator command would do harm (e.g. replay onto a
     │                           disabled endpoint); nothing was changed
-    ├── InvalidSignature        ``verify`` rejected a webhook (receiver side)
+    ├── InvalidWebhook          a received webhook was refused (receiver side)
+    │   ├── InvalidSignature    ``verify`` rejected it: signature, timestamp, headers
+    │   └── MalformedWebhook    signed, but not usable: body not JSON, webhook-id too long
     └── MigrationError          a migration file is missing, reordered or failed
 
 Nothing is written when any of these is raised by emit or an endpoint function:
@@ -70,8 +72,18 @@ class OperationRefused(OutboxError):
     how to proceed (e.g. replay onto a disabled endpoint without ``--enable-endpoint``)."""
 
 
-class InvalidSignature(OutboxError):
+class InvalidWebhook(OutboxError):
+    """A received webhook was refused (receiver side); answer it with 400. Raised by
+    :func:`outbox.verify` and :func:`outbox.inbox.receive` before anything is written."""
+
+
+class InvalidSignature(InvalidWebhook):
     """A received webhook failed verification (bad signature, stale timestamp, bad headers)."""
+
+
+class MalformedWebhook(InvalidWebhook):
+    """A correctly signed webhook that cannot be processed: the body is not JSON, or the
+    ``webhook-id`` is too long to record."""
 
 
 class MigrationError(OutboxError):

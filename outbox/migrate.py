@@ -8,6 +8,13 @@ Guarantees:
   first to commit, then finds nothing pending and changes nothing.
 - A recorded migration whose file changed since is reported (:class:`MigrationError`),
   never silently re-applied.
+
+Two series share ``migrations/`` and this code. The sender's (``NNNN_name.sql``, recorded in
+``<schema>.schema_migrations``) and the receiving side's inbox (``inbox_NNNN_name.sql``,
+recorded in ``<schema>.inbox_migrations``; ``inbox=True``, ``outbox migrate --inbox``), so a
+receiver-only service gets the ``inbox`` table and none of the sender's tables, and each
+series numbers its files on its own. Both take the same advisory lock (per schema), so a
+sender and an inbox migration of one schema never run at once either.
 """
 
 from __future__ import annotations
@@ -25,6 +32,27 @@ from outbox.db import render, translated
 from outbox.errors import MigrationError
 
 _NAME_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+_INBOX_NAME_RE = re.compile(r"^inbox_(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+@dataclass(frozen=True, slots=True)
+class _Series:
+    """One numbered series of files and the table that records it."""
+
+    pattern: re.Pattern[str]
+    table: str  # MIGRATIONS_TABLE
+    applied: str  # MIGRATIONS_APPLIED
+    record: str  # MIGRATION_RECORD
+
+
+_SENDER = _Series(_NAME_RE, queries.MIGRATIONS_TABLE, queries.MIGRATIONS_APPLIED,
+                  queries.MIGRATION_RECORD)
+_INBOX = _Series(_INBOX_NAME_RE, queries.INBOX_MIGRATIONS_TABLE,
+                 queries.INBOX_MIGRATIONS_APPLIED, queries.INBOX_MIGRATION_RECORD)
+
+
+def _series(inbox: bool) -> _Series:
+    return _INBOX if inbox else _SENDER
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,11 +75,12 @@ class _Applied:
     checksum: str
 
 
-def available() -> list[Migration]:
-    """The migrations shipped with the package, in version order."""
+def available(*, inbox: bool = False) -> list[Migration]:
+    """The migrations shipped with the package, in version order (``inbox``: the inbox
+    series)."""
     found: list[Migration] = []
     for entry in resources.files("outbox.migrations").iterdir():
-        match = _NAME_RE.match(entry.name)
+        match = _series(inbox).pattern.match(entry.name)
         if match:
             found.append(Migration(int(match[1]), match[2], entry.read_text(encoding="utf-8")))
     found.sort(key=lambda m: m.version)
@@ -61,18 +90,20 @@ def available() -> list[Migration]:
     return found
 
 
-def script(schema: str) -> str:
+def script(schema: str, *, inbox: bool = False) -> str:
     """The whole schema as one SQL script, for DBAs and Kubernetes Jobs (no connection)."""
+    series = _series(inbox)
+    prefix = "inbox_" if inbox else ""
     parts = [
         "BEGIN;",
         render(queries.CREATE_SCHEMA, schema) + ";",
         render(queries.SET_SEARCH_PATH, schema) + ";",
-        render(queries.MIGRATIONS_TABLE, schema).strip() + ";",
+        render(series.table, schema).strip() + ";",
     ]
-    for m in available():
-        parts.append(f"\n-- {m.version:04d}_{m.name}.sql\n{m.sql.strip()}")
+    for m in available(inbox=inbox):
+        parts.append(f"\n-- {prefix}{m.version:04d}_{m.name}.sql\n{m.sql.strip()}")
         parts.append(
-            render(queries.MIGRATION_RECORD, schema).strip().replace(
+            render(series.record, schema).strip().replace(
                 "(%s, %s, %s)", f"({m.version}, '{m.name}', '{m.checksum}')"
             )
             + "\nON CONFLICT (version) DO NOTHING;"
@@ -81,20 +112,23 @@ def script(schema: str) -> str:
     return "\n".join(parts) + "\n"
 
 
-def migrate(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> list[Migration]:
+def migrate(conn: psycopg.Connection[tuple[object, ...]], schema: str, *,
+            inbox: bool = False) -> list[Migration]:
     """Apply pending migrations; return those applied (empty on the second run).
 
+    ``inbox``: the inbox series only (the receiving side's table), not the sender's.
     ``conn`` must be idle (not inside a transaction); it is used in its own transaction.
     """
+    series = _series(inbox)
     with translated(), conn.transaction():
         conn.execute(queries.MIGRATION_LOCK, (schema,))
         conn.execute(render(queries.CREATE_SCHEMA, schema))
-        conn.execute(render(queries.MIGRATIONS_TABLE, schema))
+        conn.execute(render(series.table, schema))
         with conn.cursor(row_factory=class_row(_Applied)) as cur:
-            cur.execute(render(queries.MIGRATIONS_APPLIED, schema))
+            cur.execute(render(series.applied, schema))
             applied = {a.version: a.checksum for a in cur.fetchall()}
         pending: list[Migration] = []
-        for m in available():
+        for m in available(inbox=inbox):
             if m.version in applied:
                 if applied[m.version] != m.checksum:
                     raise MigrationError(
@@ -105,7 +139,5 @@ def migrate(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> list[M
         conn.execute(render(queries.SET_SEARCH_PATH, schema))
         for m in pending:
             conn.execute(m.sql.encode())
-            conn.execute(
-                render(queries.MIGRATION_RECORD, schema), (m.version, m.name, m.checksum)
-            )
+            conn.execute(render(series.record, schema), (m.version, m.name, m.checksum))
     return pending

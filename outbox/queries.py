@@ -539,3 +539,23 @@ MIGRATIONS_APPLIED = "SELECT version, name, checksum FROM {schema}.schema_migrat
 MIGRATION_RECORD = """
 INSERT INTO {schema}.schema_migrations (version, name, checksum) VALUES (%s, %s, %s)
 """
+
+# --- inbox: the receiving side (outbox.inbox; migrations/inbox_*.sql) -------------------
+# Recorded in the caller's transaction. A concurrent duplicate blocks on the first's
+# uncommitted key until it commits (conflict: nothing inserted, no row returned) or rolls
+# back (inserted: one row returned).
+INBOX_RECORD = """
+INSERT INTO {schema}.inbox (source, webhook_id) VALUES (%s, %s)
+ON CONFLICT (source, webhook_id) DO NOTHING
+RETURNING true
+"""
+# One short batch: the oldest rows received before the cutoff.
+INBOX_PRUNE_BATCH = """
+DELETE FROM {schema}.inbox i
+ USING (SELECT source, webhook_id FROM {schema}.inbox
+         WHERE received_at < %(cutoff)s ORDER BY received_at LIMIT %(limit)s) old
+ WHERE i.source = old.source AND i.webhook_id = old.webhook_id
+"""
+INBOX_MIGRATIONS_TABLE = MIGRATIONS_TABLE.replace("schema_migrations", "inbox_migrations")
+INBOX_MIGRATIONS_APPLIED = MIGRATIONS_APPLIED.replace("schema_migrations", "inbox_migrations")
+INBOX_MIGRATION_RECORD = MIGRATION_RECORD.replace("schema_migrations", "inbox_migrations")

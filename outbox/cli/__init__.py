@@ -114,6 +114,7 @@ def load_commands() -> None:
         demo,
         endpoint_ops,
         endpoints,
+        inbox,
         migrate,
         prune,
         replay,

@@ -207,6 +207,7 @@ EXEMPT = {
     "endpoints rotate-secret": "takes one endpoint id",
     "endpoints ping": "takes one endpoint id",
     "dead show": "takes one delivery id",
+    "inbox prune": "the receiving side's dedupe ids: received webhooks carry no tenant",
 }
 
 # How to run each --tenant command, scoped to acme: read-only modes, and the modes that

@@ -51,8 +51,10 @@ def test_mask_url(url: str, masked: str) -> None:
 
 def test_import_outbox_does_not_import_worker_dependencies() -> None:
     code = (
-        "import sys, outbox, outbox.cli, outbox.endpoints, outbox.migrate;"
-        "bad = {'httpx', 'tenacity', 'psycopg_pool', 'outbox.delivery'} & set(sys.modules);"
+        "import sys, outbox, outbox.cli, outbox.endpoints, outbox.migrate, outbox.inbox;"
+        "from outbox.cli import load_commands; load_commands();"
+        "bad = {'httpx', 'tenacity', 'psycopg_pool', 'outbox.delivery', 'outbox.contrib',"
+        " 'fastapi', 'starlette', 'django', 'flask'} & set(sys.modules);"
         "print(sorted(bad)); sys.exit(1 if bad else 0)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
