@@ -167,7 +167,8 @@ def test_rows_from_before_tenants_keep_working(blank_db_url: str,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """A database at 0003 with an endpoint, an event and a pending delivery, migrated."""
     before = [m for m in available() if m.version <= 3]
-    monkeypatch.setattr(migrate_module, "available", lambda: before)
+    monkeypatch.setattr(migrate_module, "available",
+                        lambda inbox=False: available(inbox=True) if inbox else before)
     with psycopg.connect(blank_db_url, autocommit=True) as c:
         migrate(c, SCHEMA)
         c.execute("INSERT INTO outbox.endpoints (id, url, secret, event_types)"
