@@ -125,8 +125,8 @@ def run_procrastinate(s: Sizes) -> Results:
 def run_tenants(s: Sizes) -> Results:
     """bench.tenants: emit median with 200,000 endpoints vs one tenant's; emit_many."""
     from bench import tenants
-    with scratch_database() as few, scratch_database() as many:
-        return tenants.run(few, many, s.tenants, s.emit_rounds)
+    with scratch_database() as url:
+        return tenants.run(url, s.tenants, s.emit_rounds)
 
 
 def run_history(s: Sizes) -> Results:
