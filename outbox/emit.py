@@ -3,7 +3,7 @@
 ``emit(conn, event)`` runs ONE statement on the caller's psycopg connection, inside the
 caller's transaction: it inserts the event and one ``deliveries`` row per enabled endpoint
 of the event's tenant (plus the all-tenants endpoints) whose type filter matches (fan-out
-is as transactional as the event; the routing rule is ``queries._FAN_OUT``'s, the only
+is as transactional as the event; the routing rule is ``queries.emit._FAN_OUT``'s, the only
 one, and reads the tenant's endpoints by index).
 
 Guarantees:

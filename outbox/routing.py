@@ -1,6 +1,6 @@
 """Who receives an event: tenant scoping and event-type filters, validated at registration.
 
-The rule itself runs in SQL, in one place (``outbox.queries._FAN_OUT``), at emit time:
+The rule itself runs in SQL, in one place (``outbox.queries.emit._FAN_OUT``), at emit time:
 an event reaches every *enabled* endpoint that
 
 - belongs to the event's tenant (a tenant-less event: the tenant-less endpoints), or

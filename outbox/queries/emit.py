@@ -1,0 +1,163 @@
+"""SQL of emit (outbox.emit): the routing rule, the event and fan-out statements, and the
+wake-up folded into them (outbox.delivery.wakeup has the design)."""
+
+from __future__ import annotations
+
+# --- emit -------------------------------------------------------------------------------
+# The routing rule, written once and used by every emit path: the endpoints in scope of a
+# tenant ``t`` are its own enabled endpoints (a tenant-less event: the tenant-less ones)
+# plus the enabled all-tenants endpoints. Each branch is an index lookup
+# (endpoints_by_tenant, endpoints_all_tenants: migration 0004), so the cost follows the
+# tenant's own endpoints, never the number of endpoints or tenants
+# (tests/integration/test_routing_plan.py fails on a plan that scans endpoints).
+
+
+def _scope(t: str) -> str:
+    return f"""(
+            SELECT p.id, p.event_types FROM {{schema}}.endpoints p
+             WHERE p.tenant = {t} AND p.enabled
+            UNION ALL
+            SELECT p.id, p.event_types FROM {{schema}}.endpoints p
+             WHERE {t} IS NULL AND p.tenant IS NULL AND p.enabled AND NOT p.all_tenants
+            UNION ALL
+            SELECT p.id, p.event_types FROM {{schema}}.endpoints p
+             WHERE p.all_tenants AND p.enabled)"""
+
+
+# A filter is an exact type or a prefix pattern 'invoice.*' (stored as written; '*' alone
+# is stored as NULL, every type): outbox.routing validates them at registration.
+def _takes(types: str, t: str) -> str:
+    return f"""({types} IS NULL OR {t} = ANY ({types})
+        OR EXISTS (SELECT FROM unnest({types}) f
+                    WHERE f LIKE '%%.*' AND starts_with({t}, left(f, -1))))"""
+
+
+# Fan-out of the event rows ``ins(id, type, tenant)``, in the same statement as they are
+# inserted: one delivery per endpoint in scope whose filter takes the type.
+_FAN_OUT = f"""
+    INSERT INTO {{schema}}.deliveries (event_id, endpoint_id)
+    SELECT ins.id, ep.id
+      FROM ins CROSS JOIN LATERAL {_scope("ins.tenant")} ep
+     WHERE {_takes("ep.event_types", "ins.type")}
+"""
+
+# The same for a batch: the rule runs once per distinct (tenant, type) of the batch, not per
+# event (1,000 events over 100 tenants: 100 lookups), then joins back to the events.
+# '' stands for "no tenant" in the join key only (a tenant id is never empty).
+_FAN_OUT_GROUPED = f"""
+    INSERT INTO {{schema}}.deliveries (event_id, endpoint_id)
+    SELECT ins.id, r.endpoint_id
+      FROM ins JOIN (
+            SELECT k.tenant, k.type, ep.id AS endpoint_id
+              FROM (SELECT DISTINCT tenant, type FROM ins) k
+             CROSS JOIN LATERAL {_scope("k.tenant")} ep
+             WHERE {_takes("ep.event_types", "k.type")}) r
+        ON COALESCE(r.tenant, '') = COALESCE(ins.tenant, '') AND r.type = ins.type
+"""
+
+EMIT_ONE = (
+    """
+WITH ins AS (
+    INSERT INTO {schema}.events (id, type, payload, key, idempotency_key, traceparent, tenant)
+    VALUES (%s, %s, %s::json, %s, NULL, %s, %s)
+    RETURNING id, type, tenant)
+"""
+    + _FAN_OUT
+)
+
+# With an idempotency key: a conflict inserts nothing and returns the first event's id.
+EMIT_ONE_IDEMPOTENT = """
+WITH ins AS (
+    INSERT INTO {schema}.events (id, type, payload, key, idempotency_key, traceparent, tenant)
+    VALUES (%(id)s, %(type)s, %(payload)s::json, %(key)s, %(ikey)s, %(traceparent)s,
+            %(tenant)s)
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, type, tenant),
+fan AS (""" + _FAN_OUT + """)
+SELECT id FROM ins
+UNION ALL
+SELECT id FROM {schema}.events
+ WHERE idempotency_key = %(ikey)s AND NOT EXISTS (SELECT 1 FROM ins)
+"""
+
+# Bulk: arrays in, one round trip; returns the event id of every input row, in input order.
+EMIT_MANY = """
+WITH input AS (
+    SELECT * FROM unnest(%(ids)s::uuid[], %(types)s::text[], %(payloads)s::text[],
+                         %(keys)s::text[], %(ikeys)s::text[], %(traceparents)s::text[],
+                         %(tenants)s::text[])
+           WITH ORDINALITY AS t(id, type, payload, key, ikey, traceparent, tenant, ord)),
+ins AS (
+    INSERT INTO {schema}.events (id, type, payload, key, idempotency_key, traceparent, tenant)
+    SELECT id, type, payload::json, key, ikey, traceparent, tenant FROM input ORDER BY ord
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, type, tenant),
+fan AS (""" + _FAN_OUT_GROUPED + """)
+SELECT COALESCE(ins.id, old.id) AS id
+  FROM input
+  LEFT JOIN ins ON ins.id = input.id
+  LEFT JOIN {schema}.events old ON ins.id IS NULL AND old.idempotency_key = input.ikey
+ ORDER BY input.ord
+"""
+
+# Bulk without idempotency keys: the events and their deliveries by binary COPY (about
+# 1.5x the rate of INSERT ... SELECT for the same rows). Which endpoints take which event
+# still comes from the rule above, in SQL: ROUTES answers it once per distinct
+# (tenant, type) of the batch, and emit.py writes one delivery per (event, route).
+COPY_EVENTS = """
+COPY {schema}.events (id, type, payload, key, traceparent, tenant) FROM STDIN (FORMAT BINARY)
+"""
+ROUTES = f"""
+SELECT k.tenant, k.type, ep.id AS endpoint_id
+  FROM unnest(%(tenants)s::text[], %(types)s::text[]) AS k(tenant, type)
+ CROSS JOIN LATERAL {_scope("k.tenant")} ep
+ WHERE {_takes("ep.event_types", "k.type")}
+"""
+COPY_DELIVERIES = "COPY {schema}.deliveries (event_id, endpoint_id) FROM STDIN (FORMAT BINARY)"
+
+# Second look for an idempotency key another transaction committed during our statement.
+EVENT_ID_BY_IDEMPOTENCY_KEY = """
+SELECT idempotency_key, id FROM {schema}.events WHERE idempotency_key = ANY (%s::text[])
+"""
+
+# --- wake-up (issue 18; design, alternatives and figures: outbox/delivery/wakeup.py) ----
+# An idle worker holds the session advisory lock WAKE_KEY (exclusive) or waits for it. An
+# emitting transaction that wrote deliveries tries WAKE_KEY shared for the rest of its
+# transaction: if that fails, a worker is idle, and it sends ONE payload-less pg_notify
+# (PostgreSQL folds identical notifications of one transaction into one). If it succeeds,
+# every worker is busy claiming, nobody needs waking, and the transaction commits without
+# NOTIFY's database-wide commit lock; the shared lock it holds until commit makes a worker
+# that wants to go idle wait for that commit, then claim once more, so no event is missed.
+# Scope: advisory locks and channels are per database; the key and channel name hash the
+# schema ('{schema}' renders as the quoted name: a string constant here).
+WAKE_KEY = "hashtext('outbox.wakeup'), hashtext('{schema}')"
+WAKE_CHANNEL = "'outbox_wakeup_' || left(md5('{schema}'), 16)"
+_WAKE_IF_IDLE = f"""
+SELECT pg_notify({WAKE_CHANNEL}, '') FROM (SELECT 1 FROM fan LIMIT 1) wrote
+ WHERE NOT pg_try_advisory_xact_lock_shared({WAKE_KEY})"""
+# emit_many's COPY path: the same test as its own statement, after the deliveries' COPY.
+WAKE = (f"SELECT pg_notify({WAKE_CHANNEL}, '')"
+        f" WHERE NOT pg_try_advisory_xact_lock_shared({WAKE_KEY})")
+
+# The emit statements with the wake-up folded in (OUTBOX_WAKEUP=notify): no extra round
+# trip; the test runs only if the statement wrote a delivery.
+EMIT_ONE_WAKE = (
+    """
+WITH ins AS (
+    INSERT INTO {schema}.events (id, type, payload, key, idempotency_key, traceparent, tenant)
+    VALUES (%s, %s, %s::json, %s, NULL, %s, %s)
+    RETURNING id, type, tenant),
+fan AS (""" + _FAN_OUT + " RETURNING 1)" + _WAKE_IF_IDLE
+)
+EMIT_ONE_IDEMPOTENT_WAKE = EMIT_ONE_IDEMPOTENT.replace(
+    "fan AS (" + _FAN_OUT + ")",
+    "fan AS (" + _FAN_OUT + " RETURNING 1),\nwake AS (" + _WAKE_IF_IDLE + ")",
+).replace("SELECT id FROM ins\n", "SELECT id FROM ins WHERE (SELECT count(*) FROM wake) >= 0\n")
+EMIT_MANY_WAKE = EMIT_MANY.replace(
+    "fan AS (" + _FAN_OUT_GROUPED + ")",
+    "fan AS (" + _FAN_OUT_GROUPED + " RETURNING 1),\nwake AS (" + _WAKE_IF_IDLE + ")",
+).replace("  FROM input\n", "  FROM input LEFT JOIN (SELECT count(*) FROM wake) w ON true\n")
+assert all(q.count("FROM wake)") == 1 for q in (EMIT_ONE_IDEMPOTENT_WAKE, EMIT_MANY_WAKE))
+
+# Worker side (outbox.delivery.wakeup): the channel to LISTEN on, and the idle lock.
+WAKE_CHANNEL_NAME = f"SELECT {WAKE_CHANNEL}"

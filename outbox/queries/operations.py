@@ -1,0 +1,263 @@
+"""SQL of the operator functions: dead letters and replay (outbox.deadletter), stats
+(outbox.stats), retention (outbox.retention), each scopable to one tenant."""
+
+from __future__ import annotations
+
+# --- tenant scoping (operator commands: dead list, replay, stats, prune) -----------------
+
+
+def _of_tenant(alias: str) -> str:
+    """Condition: delivery ``alias`` belongs to tenant %(tenant)s (NULL: every tenant).
+
+    A delivery belongs to the tenant of its EVENT (an all-tenants endpoint carries many
+    tenants' rows), so this is one primary-key probe of events per row the surrounding
+    index walk reaches. It is a correlated scalar subquery on purpose: PostgreSQL keeps it
+    a per-row subplan, never a join it might run as a scan of the whole events table, so
+    the cost follows the rows the statement's own index reads (backlog, dead rows, finished
+    rows past retention), not the history.
+    """
+    return (f"(%(tenant)s::text IS NULL OR (SELECT tev.tenant FROM {{schema}}.events tev"
+            f" WHERE tev.id = {alias}.event_id) = %(tenant)s::text)")
+
+
+# --- dead letters (outbox.deadletter) ----------------------------------------------------
+# Every selector is optional: a NULL parameter switches its condition off. Run these
+# unprepared (prepare=False) so each execution is planned with its actual values and the
+# switched-off conditions fold away (a generic plan could not use the partial indexes).
+# The dead-only partial indexes (0001 deliveries_dead, 0002) keep them off delivered rows.
+_DEAD_SELECTION = """
+       d.state = 'dead'
+   AND (%(endpoint)s::uuid IS NULL OR d.endpoint_id = %(endpoint)s::uuid)
+   AND (%(since)s::timestamptz IS NULL OR d.finished_at >= %(since)s::timestamptz)
+   AND (%(until)s::timestamptz IS NULL OR d.finished_at < %(until)s::timestamptz)
+   AND (%(ids)s::bigint[] IS NULL OR d.id = ANY (%(ids)s::bigint[]))
+   AND (%(event_type)s::text IS NULL OR EXISTS (
+            SELECT 1 FROM {schema}.events t
+             WHERE t.id = d.event_id AND t.type = %(event_type)s::text))
+   AND """ + _of_tenant("d") + "\n"
+
+DEAD_LIST = (
+    """
+SELECT d.id, d.event_id, ev.type AS event_type, d.endpoint_id, ep.url, d.attempts,
+       d.last_status, d.last_error, d.created_at, d.finished_at
+  FROM {schema}.deliveries d
+  LEFT JOIN {schema}.events ev ON ev.id = d.event_id
+  LEFT JOIN {schema}.endpoints ep ON ep.id = d.endpoint_id
+ WHERE"""
+    + _DEAD_SELECTION
+    + """
+ ORDER BY d.finished_at DESC, d.id DESC
+ LIMIT %(limit)s
+"""
+)
+
+# What a replay would touch, per endpoint (dry-run output and the disabled-endpoint check).
+DEAD_SUMMARY = (
+    """
+SELECT d.endpoint_id, ep.url, COALESCE(ep.enabled, false) AS enabled, ep.disabled_reason,
+       count(*) AS count
+  FROM {schema}.deliveries d
+  LEFT JOIN {schema}.endpoints ep ON ep.id = d.endpoint_id
+ WHERE"""
+    + _DEAD_SELECTION
+    + """
+ GROUP BY d.endpoint_id, ep.url, ep.enabled, ep.disabled_reason
+ ORDER BY count(*) DESC, d.endpoint_id
+"""
+)
+
+DELIVERY_STATES = "SELECT id, state FROM {schema}.deliveries WHERE id = ANY (%s::bigint[])"
+
+# One replay batch, one short transaction: the next `limit` selected rows after the keyset
+# cursor `after` (by id). Rows are locked in id order (concurrent replays queue behind each
+# other instead of deadlocking), and a row whose lock had to be waited for is re-checked
+# against the selection: one replayed meanwhile, or already pending (claimed, leased) is
+# left alone, so there is one row per (event, endpoint) and never two pending copies.
+# Each replayed row gets an attempt-log entry (attempt 0, outcome 'replayed') saying what
+# it died of.
+REPLAY_BATCH = (
+    """
+WITH picked AS MATERIALIZED (
+    SELECT d.id, d.attempts, d.last_status, d.last_error
+      FROM {schema}.deliveries d
+     WHERE"""
+    + _DEAD_SELECTION
+    + """
+       AND d.id > %(after)s
+     ORDER BY d.id
+     LIMIT %(limit)s
+       FOR UPDATE),
+replayed AS (
+    UPDATE {schema}.deliveries d
+       SET state = 'pending', attempts = 0, visible_at = now(), lease_token = NULL,
+           finished_at = NULL, last_status = NULL, last_error = NULL
+      FROM picked
+     WHERE d.id = picked.id AND d.state = 'dead'
+    RETURNING d.id, picked.attempts, picked.last_status, picked.last_error),
+logged AS (
+    INSERT INTO {schema}.delivery_attempts
+        (delivery_id, attempt, outcome, status_code, error_class, error, worker)
+    SELECT id, 0, 'replayed', last_status, NULL,
+           format('replayed after %%s attempts; was dead with: %%s', attempts,
+                  COALESCE(last_error, '-')),
+           %(actor)s
+      FROM replayed)
+SELECT COALESCE((SELECT max(id) FROM picked), 0) AS last_id,
+       (SELECT count(*) FROM picked) AS picked, (SELECT count(*) FROM replayed) AS replayed
+"""
+)
+
+DELIVERY_GET = """
+SELECT d.id, d.event_id, d.endpoint_id, d.state, d.attempts, d.visible_at,
+       d.lease_token IS NOT NULL AS leased, d.last_status, d.last_error, d.created_at,
+       d.finished_at, ev.type AS event_type, ev.payload::text AS payload, ev.key AS event_key,
+       ev.created_at AS emitted_at, ep.url AS endpoint_url,
+       COALESCE(ep.enabled, false) AS endpoint_enabled
+  FROM {schema}.deliveries d
+  LEFT JOIN {schema}.events ev ON ev.id = d.event_id
+  LEFT JOIN {schema}.endpoints ep ON ep.id = d.endpoint_id
+ WHERE d.id = %s
+"""
+
+DELIVERY_ATTEMPTS = """
+SELECT attempt, outcome, status_code, duration_ms, error_class, error, response_excerpt,
+       worker, created_at
+  FROM {schema}.delivery_attempts
+ WHERE delivery_id = %s
+ ORDER BY id
+"""
+
+# --- stats (outbox.stats) ----------------------------------------------------------------
+# Per endpoint. Cost follows the backlog (pending rows, through the deliveries_due partial
+# index) plus the last hour's finished rows (deliveries_finished, a range on finished_at);
+# the last dead error is one probe of deliveries_dead per endpoint. Never a full scan of
+# the history. With %(tenant)s: that tenant's endpoints and the all-tenants ones, counting
+# only the deliveries of that tenant's events (_of_tenant: one probe per row read).
+STATS_BY_ENDPOINT = """
+WITH backlog AS (
+    SELECT endpoint_id,
+           count(*) AS pending,
+           count(*) FILTER (WHERE visible_at <= now()) AS due,
+           count(*) FILTER (WHERE lease_token IS NOT NULL AND visible_at > now()) AS in_flight,
+           min(visible_at) FILTER (WHERE visible_at <= now()) AS oldest_due,
+           (array_agg(last_error ORDER BY attempts DESC)
+                FILTER (WHERE last_error IS NOT NULL))[1] AS retry_error
+      FROM {schema}.deliveries d
+     WHERE state = 'pending' AND visible_at <= 'infinity' AND """ + _of_tenant("d") + """
+     GROUP BY endpoint_id),
+recent AS (
+    SELECT endpoint_id,
+           count(*) FILTER (WHERE state = 'delivered') AS delivered,
+           count(*) FILTER (WHERE state = 'dead') AS dead
+      FROM {schema}.deliveries d
+     WHERE state <> 'pending' AND finished_at > now() - interval '1 hour'
+       AND """ + _of_tenant("d") + """
+     GROUP BY endpoint_id)
+SELECT ep.id AS endpoint_id, ep.url, ep.enabled,
+       COALESCE(b.pending, 0) AS pending, COALESCE(b.due, 0) AS due,
+       COALESCE(b.in_flight, 0) AS in_flight, COALESCE(r.delivered, 0) AS delivered_1h,
+       COALESCE(r.dead, 0) AS dead_1h,
+       extract(epoch FROM now() - b.oldest_due)::float8 AS oldest_due_seconds,
+       COALESCE(b.retry_error, last_dead.last_error) AS last_error
+  FROM {schema}.endpoints ep
+  LEFT JOIN backlog b ON b.endpoint_id = ep.id
+  LEFT JOIN recent r ON r.endpoint_id = ep.id
+  LEFT JOIN LATERAL (
+        SELECT d.last_error FROM {schema}.deliveries d
+         WHERE d.endpoint_id = ep.id AND d.state = 'dead' AND """ + _of_tenant("d") + """
+         ORDER BY d.finished_at DESC LIMIT 1) last_dead ON true
+ WHERE %(tenant)s::text IS NULL OR ep.tenant = %(tenant)s::text OR ep.all_tenants
+ ORDER BY ep.created_at, ep.id
+"""
+
+# For alerts and autoscalers: how many deliveries are due and how late the oldest one is.
+# Both read only the deliveries_due partial index (its size follows the backlog); the
+# age is its first entry (NULL when nothing is due; never negative: visible_at <= now()).
+STATS_DUE = """
+SELECT count(*) AS due,
+       extract(epoch FROM now() - min(visible_at))::float8 AS oldest_due_seconds
+  FROM {schema}.deliveries d
+ WHERE state = 'pending' AND visible_at <= now() AND """ + _of_tenant("d") + """
+"""
+
+# The tenants with the most due deliveries (NULL: tenant-less events), each with the wait
+# of its oldest. It reads the due rows through deliveries_due and probes each one's event
+# by primary key (a per-row subplan, never a join that could scan events). Unscoped it
+# counts the oldest 10,000 due rows only (LIMIT 10000), so a --watch of a huge backlog
+# stays cheap, and the tenants that dominate the head of the queue are the ones shown;
+# scoped to a tenant it counts all that tenant's due rows (LIMIT NULL: no limit), at a
+# cost that follows the due backlog, never the history.
+STATS_TOP_TENANTS = """
+SELECT tenant, count(*) AS due,
+       extract(epoch FROM now() - min(visible_at))::float8 AS oldest_due_seconds
+  FROM (SELECT d.visible_at,
+               (SELECT e.tenant FROM {schema}.events e WHERE e.id = d.event_id) AS tenant
+          FROM {schema}.deliveries d
+         WHERE d.state = 'pending' AND d.visible_at <= now()
+         ORDER BY d.visible_at
+         LIMIT CASE WHEN %(tenant)s::text IS NULL THEN 10000 END) due
+ WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s::text
+ GROUP BY tenant
+ ORDER BY count(*) DESC, min(visible_at), tenant NULLS FIRST
+ LIMIT %(limit)s
+"""
+
+# --- retention (outbox.retention) -------------------------------------------------------
+PRUNE_CUTOFF = "SELECT now() - make_interval(secs => %s)"
+
+# "state <> 'pending'" repeats the predicate of the deliveries_finished index so the
+# planner walks that index from its oldest end. %(tenant)s (NULL: all) keeps the rows of
+# that tenant's events (_of_tenant).
+_PRUNABLE = """
+    state <> 'pending' AND state = ANY (%(states)s::text[]) AND finished_at < %(cutoff)s
+    AND """ + _of_tenant("d") + "\n"
+PRUNE_COUNT = "SELECT count(*) FROM {schema}.deliveries d WHERE" + _PRUNABLE
+
+# One batch, one short transaction: the oldest finished rows past the cutoff after the
+# keyset cursor (%(after_at)s, %(after_id)s), and their attempt logs. The cursor moves past
+# what a batch examined, so rows left behind (another tenant's, or SKIP LOCKED: a row an
+# operator is replaying right now, left for a later run) are never read twice.
+PRUNE_DELIVERIES_BATCH = """
+WITH picked AS MATERIALIZED (
+    SELECT id, finished_at FROM {schema}.deliveries d
+     WHERE""" + _PRUNABLE + """
+       AND (finished_at, id) > (%(after_at)s::timestamptz, %(after_id)s::bigint)
+     ORDER BY finished_at, id
+     LIMIT %(limit)s
+     FOR UPDATE SKIP LOCKED),
+gone AS (
+    DELETE FROM {schema}.deliveries d USING picked WHERE d.id = picked.id RETURNING d.id),
+log AS (
+    DELETE FROM {schema}.delivery_attempts a USING gone
+     WHERE a.delivery_id = gone.id RETURNING 1)
+SELECT last.finished_at AS last_at, COALESCE(last.id, 0) AS last_id,
+       (SELECT count(*) FROM picked) AS picked,
+       (SELECT count(*) FROM gone) AS deliveries, (SELECT count(*) FROM log) AS attempts
+  FROM (SELECT NULL) one
+  LEFT JOIN (SELECT finished_at, id FROM picked ORDER BY finished_at DESC, id DESC LIMIT 1)
+       last ON true
+"""
+
+# Events are found by primary-key range: ids are UUIDv7, so every id below `bound` (the
+# cutoff's millisecond in the UUIDv7 layout) was made before the cutoff; created_at is
+# re-checked on each row in case the emitting host's clock ran slow. Deliveries are only
+# ever inserted together with their event, so an old event never gains new ones.
+# %(tenant)s (NULL: all) deletes only that tenant's events; the cursor still moves over
+# every id examined.
+PRUNE_EVENTS_BATCH = """
+WITH picked AS MATERIALIZED (
+    SELECT id FROM {schema}.events
+     WHERE id > %(after)s AND id < %(bound)s
+     ORDER BY id
+     LIMIT %(limit)s),
+gone AS (
+    DELETE FROM {schema}.events e USING picked
+     WHERE e.id = picked.id AND e.created_at < %(cutoff)s
+       AND (%(tenant)s::text IS NULL OR e.tenant = %(tenant)s::text)
+       AND NOT EXISTS (SELECT 1 FROM {schema}.deliveries d WHERE d.event_id = e.id)
+    RETURNING e.id)
+SELECT (SELECT id FROM picked ORDER BY id DESC LIMIT 1) AS last_id,
+       (SELECT count(*) FROM picked) AS picked, (SELECT count(*) FROM gone) AS deleted
+"""
+
+# Key rotation: every stored secret, re-sealed with the current key, one transaction.
