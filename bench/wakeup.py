@@ -4,7 +4,7 @@
 
 - ``latency``: lone events 250 ms apart into an idle worker (a separate process, the
   local sink): emit-commit to arrival p50/p90, ``OUTBOX_WAKEUP=notify`` (default poll
-  fallback 2 s) vs ``poll`` (default 0.05 s).
+  fallback 5 s) vs ``poll`` (default 0.05 s).
 - ``idle``: transactions per second an idle worker costs its database (xact_commit +
   xact_rollback deltas of a scratch database nothing else uses), notify vs poll.
 - ``emit``: committed transactions/s of 16 concurrent emitting connections, one event

@@ -30,7 +30,7 @@ class WorkerSettings(Settings):
     retry_cap_seconds: float = Field(default=8 * 3600.0, gt=0)
     retry_after_max_seconds: float = Field(default=3600.0, ge=0)
     max_attempts: int = Field(default=15, ge=1, le=100)
-    # Idle poll. None: 2 s with OUTBOX_WAKEUP=notify (only a fallback there: idle workers
+    # Idle poll. None: 5 s with OUTBOX_WAKEUP=notify (only a fallback there: idle workers
     # are woken by NOTIFY and at the next pending row's due time), 0.05 s with poll.
     poll_interval_seconds: float | None = Field(default=None, gt=0, le=60)
     concurrency: int = Field(default=100, ge=1, le=10_000)
@@ -79,7 +79,7 @@ class WorkerSettings(Settings):
         """The idle poll interval in effect (see ``poll_interval_seconds``)."""
         if self.poll_interval_seconds is not None:
             return self.poll_interval_seconds
-        return 2.0 if self.wakeup == "notify" else 0.05
+        return 5.0 if self.wakeup == "notify" else 0.05
 
     @property
     def default_endpoint_cap(self) -> int:

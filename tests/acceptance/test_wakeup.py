@@ -113,7 +113,7 @@ def test_emit_notifies_once_per_transaction_and_only_while_a_worker_is_idle(
         sentinel.execute(wq.WAKE_DISARM)
         emit(1)
         assert heard() == 0
-    assert cfg.poll_seconds == 0.05  # tests' settings poll fast; the default is 2 s
+    assert cfg.poll_seconds == 0.05  # tests' settings poll fast; the default is 5 s
 
 
 def test_two_schemas_do_not_wake_each_other(db_url: str) -> None:
@@ -195,7 +195,7 @@ def test_retry_is_claimed_at_its_due_time_not_the_next_poll(db_url: str) -> None
     assert states(db_url) == {"delivered": 1}
 
 
-@pytest.mark.parametrize(("mode", "expected"), [("notify", 2.0), ("poll", 0.05)])
+@pytest.mark.parametrize(("mode", "expected"), [("notify", 5.0), ("poll", 0.05)])
 def test_default_poll_interval_follows_the_wakeup_mode(mode: str, expected: float) -> None:
     cfg = WorkerSettings(wakeup=mode, database_url="postgresql://x/y")  # type: ignore[arg-type]
     assert cfg.poll_seconds == expected
