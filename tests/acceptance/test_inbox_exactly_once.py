@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -25,7 +25,7 @@ from outbox.contrib.flask import webhook_view
 from outbox.inbox import Received
 from tests.support.inbox import SECRET, prepare_receiver_db, scalar
 from tests.support.pg import SCHEMA
-from tests.support.workers import add_endpoint, emit, spawn, states
+from tests.support.workers import add_endpoint, emit, spawn, states, wait_until
 
 pytestmark = pytest.mark.slow  # worker processes, a SIGKILL, stalled answers
 
@@ -67,14 +67,6 @@ class Receiver:
             return answer
 
         return app
-
-
-def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.fixture

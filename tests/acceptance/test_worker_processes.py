@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import psycopg
@@ -15,20 +15,21 @@ from outbox.devdb import TempCluster
 from outbox.migrate import migrate
 from outbox.receiver import Behaviour, Receiver
 from tests.support.pg import SCHEMA
-from tests.support.workers import SECRET, add_endpoint, emit, log_of, rows, spawn, states
+from tests.support.workers import (
+    SECRET,
+    add_endpoint,
+    emit,
+    log_of,
+    rows,
+    spawn,
+    states,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow  # worker processes, kills, a database restart
 
 FAST = {"OUTBOX_POLL_INTERVAL_SECONDS": "0.05", "OUTBOX_RETRY_BASE_SECONDS": "0.1",
         "OUTBOX_RETRY_CAP_SECONDS": "0.5"}
-
-
-def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 @contextmanager

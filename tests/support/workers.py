@@ -109,3 +109,12 @@ def log_of(proc: subprocess.Popen[bytes]) -> str:
     log = _LOGS[proc.pid]
     log.seek(0)
     return log.read().decode(errors="replace")
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``check`` every 50 ms; AssertionError naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
