@@ -14,8 +14,8 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
 
-from outbox.errors import DatabaseError, DatabaseUnavailable, SchemaMissing
-from outbox.settings import Settings, get_settings, mask_url
+from outbox.errors import ConfigurationError, DatabaseError, DatabaseUnavailable, SchemaMissing
+from outbox.settings import SCHEMA_RE, Settings, get_settings, mask_url
 
 
 @lru_cache(maxsize=256)
@@ -23,7 +23,14 @@ def render(template: str, schema: str) -> str:
     """``template`` with ``{schema}`` replaced by the quoted schema identifier.
 
     Rendered once per (query, schema) so psycopg sees identical text and can prepare it.
+    Every schema name reaching SQL passes here, whether it came from ``OUTBOX_SCHEMA`` or
+    a ``schema=`` argument, and must be a lowercase identifier (:data:`SCHEMA_RE`): some
+    statements also use it inside string literals (the wake-up's lock key and channel),
+    where identifier quoting would not protect them. Otherwise :class:`ConfigurationError`.
     """
+    if not isinstance(schema, str) or not SCHEMA_RE.match(schema):
+        raise ConfigurationError(
+            f"schema {schema!r} must be a lowercase SQL identifier, e.g. 'outbox'")
     return sql.SQL(template).format(schema=sql.Identifier(schema)).as_string()
 
 

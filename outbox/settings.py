@@ -17,7 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from outbox.secretbox import SecretBox
 
 DEFAULT_DATABASE_URL = "postgresql://127.0.0.1:5432/postgres"
-_SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
 class Settings(BaseSettings):
@@ -59,7 +59,7 @@ class Settings(BaseSettings):
     @field_validator("schema_name")
     @classmethod
     def _check_schema(cls, value: str) -> str:
-        if not _SCHEMA_RE.match(value):
+        if not SCHEMA_RE.match(value):
             raise ValueError("OUTBOX_SCHEMA must be a lowercase SQL identifier, e.g. 'outbox'")
         return value
 

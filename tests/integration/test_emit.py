@@ -268,3 +268,19 @@ def test_the_callers_row_factory_changes_nothing(db_url: str) -> None:
         got = c.execute("SELECT event_id, endpoint_id FROM outbox.deliveries").fetchall()
     expected = {(i, paid) for i in sync_ids[:4] + async_ids[:4]}  # order.shipped: no one
     assert sorted(got) == sorted(expected)
+
+
+@pytest.mark.parametrize("schema", ["x'||pg_sleep(1)||'", 'a"b', "Outbox", "a b"])
+def test_bad_schema_argument_is_refused_before_any_sql(
+        db_url: str, conn: psycopg.Connection[Any], schema: str) -> None:
+    """A schema reaches SQL text (some statements use it inside string literals): only a
+    lowercase identifier is accepted, on every path, with nothing written."""
+    _endpoint(db_url)
+    with pytest.raises(outbox.ConfigurationError, match="lowercase SQL identifier"):
+        outbox.emit(conn, Event("x", {}), schema=schema)
+    with pytest.raises(outbox.ConfigurationError, match="lowercase SQL identifier"):
+        outbox.emit_many(conn, [Event("x", {}), Event("y", {})], schema=schema)
+    with pytest.raises(outbox.ConfigurationError, match="lowercase SQL identifier"):
+        ep.list_all(conn, schema=schema)
+    conn.commit()
+    assert count(db_url, "events") == 0
