@@ -271,6 +271,10 @@ WAKE_ARM = (
 )
 # Disarm (busy: it will claim again by itself): emitting transactions stop NOTIFYing.
 WAKE_DISARM = "SELECT pg_advisory_unlock_all()"
+# Hand over: a sentinel that goes busy tells the other listeners, so an idle worker that
+# lost the election to it tries again now (else nobody would be armed until its next poll,
+# and emitters, seeing no sentinel, would not NOTIFY). One NOTIFY per hand-over.
+WAKE_HANDOVER = "SELECT pg_notify(" + WAKE_CHANNEL + ", '')"
 # Seconds until the earliest pending delivery comes due (a retry, a lease, a breaker's
 # pause), negative if one is due now, NULL if none: one descent of deliveries_due.
 NEXT_DUE = """

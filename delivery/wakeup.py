@@ -97,6 +97,7 @@ class Waker:
         schema = settings.schema_name
         self._listen_sql = render(queries.WAKE_LISTEN, schema)
         self._arm_sql = render(queries.WAKE_ARM, schema)
+        self._handover_sql = render(queries.WAKE_HANDOVER, schema)
 
     def idle(self) -> None:
         """The worker's claim found nothing: it wants NOTIFYs."""
@@ -119,6 +120,7 @@ class Waker:
                     self.settings.database_url, autocommit=True, prepare_threshold=None,
                     keepalives=1, keepalives_idle=30, keepalives_interval=10,
                     keepalives_count=3)
+                failures = 0  # back off by the drops in a row, not in the process's life
                 async with conn:
                     await self._session(conn, stopped)
                 return
@@ -149,6 +151,7 @@ class Waker:
             if self.armed:
                 await conn.execute(queries.WAKE_DISARM)
                 self.armed = False
+                await conn.execute(self._handover_sql)  # idle workers: arm in my place
             self._elect = True
             return
         if self.armed or not self._elect:

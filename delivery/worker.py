@@ -132,9 +132,16 @@ class Worker:
         while not self._stopped.is_set():
             free = cfg.concurrency - len(self._inflight) - len(self._held)
             if free <= 0:
+                self._wake.clear()  # a slot freeing up (or stop) is what matters here
+                if self._stopped.is_set():
+                    break
                 await self._wait(None)
                 continue
             limit = min(free, cfg.batch_size, budget)
+            # Cleared before the claim, never inside _wait: a wake-up (a NOTIFY, the arm's
+            # follow-up, a completion) that arrives while this claim or the idle loop's
+            # next-due query runs stays set and makes the next wait return at once.
+            self._wake.clear()
             jobs = await self.store.claim(limit)
             self.stats["claimed"] += len(jobs)
             self.metrics.claimed_per_poll.observe(len(jobs))
@@ -215,8 +222,10 @@ class Worker:
                 return
 
     async def _wait(self, timeout: float | None) -> bool:
-        """Sleep until a slot frees, a wake-up, ``timeout`` or stop(); True if woken."""
-        self._wake.clear()
+        """Sleep until a slot frees, a wake-up, ``timeout`` or stop(); True if woken (at
+        once if a wake-up came since the last claim: the flag is cleared only there)."""
+        if self._wake.is_set():
+            return True
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
                 await self._wake.wait()
