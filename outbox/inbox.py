@@ -140,6 +140,8 @@ def verified(secret_or_secrets: Secrets, body: bytes | str, headers: Mapping[str
         payload = json.loads(raw, parse_constant=_refuse_constant)
     except ValueError:
         raise MalformedWebhook("webhook body is not JSON") from None
+    except RecursionError:
+        raise MalformedWebhook("webhook body is JSON nested too deeply to parse") from None
     timestamp = int(float(_header(headers, "webhook-timestamp")))
     return Received(webhook_id, timestamp, payload, raw)
 

@@ -129,6 +129,7 @@ REFUSED: dict[str, tuple[Callable[[], tuple[bytes, dict[str, str]]], type[Invali
     "empty body": (lambda: signed(b""), MalformedWebhook),
     "NaN": (lambda: signed(b'{"amount": NaN}'), MalformedWebhook),
     "id too long": (lambda: signed(msg_id="x" * 257), MalformedWebhook),
+    "nested too deeply": (lambda: signed(b"[" * 100_000 + b"]" * 100_000), MalformedWebhook),
 }
 
 
