@@ -6,6 +6,10 @@ Emit inside your own transaction::
         conn.execute("INSERT INTO invoices ...")
         outbox.emit(conn, outbox.Event(type="invoice.paid", payload={"id": 42}))
 
+``conn`` may also be a psycopg2 connection or cursor or a SQLAlchemy session (``emit``),
+an asyncpg connection or a SQLAlchemy async session (``emit_async``); in Django,
+``outbox.contrib.django.emit(event)`` inside ``transaction.atomic()``.
+
 Importing ``outbox`` never imports the worker's dependencies (httpx and friends).
 """
 

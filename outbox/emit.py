@@ -6,6 +6,13 @@ of the event's tenant (plus the all-tenants endpoints) whose type filter matches
 is as transactional as the event; the routing rule is ``queries.emit._FAN_OUT``'s, the only
 one, and reads the tenant's endpoints by index).
 
+The same functions take the application's other handles, chosen by the object's type
+(:mod:`outbox.drivers`, which imports a driver or ORM only if the application did): a
+psycopg2 connection or cursor, an asyncpg connection, a SQLAlchemy session or connection
+(through the ORM's own connection, in its transaction). The guarantees below hold on each;
+"autocommit" means that handle's own (asyncpg outside ``conn.transaction()``, SQLAlchemy's
+``AUTOCOMMIT`` isolation; SQLAlchemy's autobegin is a transaction).
+
 Guarantees:
 
 - Commit of the caller's transaction: every delivery is durable and will be attempted.
@@ -29,7 +36,7 @@ Guarantees:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -37,7 +44,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import class_row, scalar_row
 
-from outbox import queries
+from outbox import drivers, queries
 from outbox.db import render, translated
 from outbox.errors import NotInTransaction, OutboxError
 from outbox.event import Event, PreparedEvent, prepare
@@ -45,6 +52,7 @@ from outbox.settings import Settings, get_settings
 from outbox.tracing import current_traceparent
 
 AnyConnection = psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
+JsonDefault = Callable[[Any], Any] | None
 
 
 @dataclass(slots=True)
@@ -89,8 +97,14 @@ def _settings_schema(schema: str | None, settings: Settings | None) -> tuple[Set
     return s, schema or s.schema_name
 
 
-def _plan_one(event: Event, settings: Settings, schema: str) -> tuple[str, Any, PreparedEvent]:
-    ev = prepare(event, settings.max_payload_bytes)
+def _hook(settings: Settings, json_default: JsonDefault) -> JsonDefault:
+    """The caller's ``json_default``, else ``OUTBOX_JSON_DEFAULT``'s (or None)."""
+    return json_default if json_default is not None else settings.json_default_hook
+
+
+def _plan_one(event: Event, settings: Settings, schema: str, json_default: JsonDefault = None
+              ) -> tuple[str, Any, PreparedEvent]:
+    ev = prepare(event, settings.max_payload_bytes, json_default=_hook(settings, json_default))
     wake = settings.wakeup == "notify"
     if ev.idempotency_key is None:
         params: Any = (ev.id, ev.type, ev.payload, ev.key, current_traceparent(), ev.tenant)
@@ -103,7 +117,8 @@ def _plan_one(event: Event, settings: Settings, schema: str) -> tuple[str, Any, 
     return render(query, schema), params, ev
 
 
-def _plan_many(events: Iterable[Event], settings: Settings, schema: str) -> _Batch:
+def _plan_many(events: Iterable[Event], settings: Settings, schema: str,
+               json_default: JsonDefault = None) -> _Batch:
     cols: dict[str, list[Any]] = {
         k: [] for k in ("ids", "types", "payloads", "keys", "ikeys", "tenants")}
     traceparent = current_traceparent()
@@ -111,8 +126,9 @@ def _plan_many(events: Iterable[Event], settings: Settings, schema: str) -> _Bat
     batch = _Batch(render(queries.EMIT_MANY_WAKE if wake else queries.EMIT_MANY, schema), cols,
                    wake=wake)
     first_by_key: dict[str, int] = {}
+    hook = _hook(settings, json_default)
     for event in events:
-        ev = prepare(event, settings.max_payload_bytes)
+        ev = prepare(event, settings.max_payload_bytes, json_default=hook)
         if ev.idempotency_key is not None and ev.idempotency_key in first_by_key:
             batch.slots.append(first_by_key[ev.idempotency_key])
             continue
@@ -145,10 +161,12 @@ class _Route:
     tenant: str | None
     type: str
     endpoint_id: uuid.UUID
+    ordered: bool
 
 
 _ROUTE_ROW = class_row(_Route)
 _EVENT_COPY_TYPES = ["uuid", "text", "text", "text", "text", "text"]  # json's binary form: text
+_DELIVERY_COPY_TYPES = ["uuid", "uuid", "text", "text"]
 
 
 def _routes_params(batch: _Batch) -> dict[str, list[Any]]:
@@ -158,15 +176,20 @@ def _routes_params(batch: _Batch) -> dict[str, list[Any]]:
     return {"tenants": [t for t, _ in pairs], "types": [k for _, k in pairs]}
 
 
-def _deliveries(batch: _Batch, routes: Sequence[_Route]) -> Iterable[tuple[Any, Any]]:
-    """(event id, endpoint id) for every event and every endpoint routed its (tenant, type)."""
-    targets: dict[tuple[str | None, str], list[uuid.UUID]] = {}
+def _deliveries(batch: _Batch, routes: Sequence[_Route]
+                ) -> Iterable[tuple[Any, Any, str | None, str]]:
+    """(event id, endpoint id, key, state) for every event and every endpoint routed its
+    (tenant, type), in event order; key and state as queries.emit._KEY and _STATE."""
+    targets: dict[tuple[str | None, str], list[_Route]] = {}
     for route in routes:
-        targets.setdefault((route.tenant, route.type), []).append(route.endpoint_id)
+        targets.setdefault((route.tenant, route.type), []).append(route)
     p = batch.params
-    for event_id, tenant, etype in zip(p["ids"], p["tenants"], p["types"], strict=True):
-        for endpoint_id in targets.get((tenant, etype), ()):
-            yield event_id, endpoint_id
+    for event_id, tenant, etype, key in zip(p["ids"], p["tenants"], p["types"], p["keys"],
+                                            strict=True):
+        for r in targets.get((tenant, etype), ()):
+            ordered = r.ordered and key is not None
+            yield event_id, r.endpoint_id, key if ordered else None, (
+                "fresh" if ordered else "pending")
 
 
 def _copy_many(conn: psycopg.Connection[Any], batch: _Batch, schema: str) -> list[uuid.UUID]:
@@ -177,7 +200,7 @@ def _copy_many(conn: psycopg.Connection[Any], batch: _Batch, schema: str) -> lis
             for row in _event_rows(batch):
                 copy.write_row(row)
         with cur.copy(render(queries.COPY_DELIVERIES, schema)) as copy:
-            copy.set_types(["uuid", "uuid"])
+            copy.set_types(_DELIVERY_COPY_TYPES)
             for pair in _deliveries(batch, routes):
                 copy.write_row(pair)
         if batch.wake and routes:
@@ -195,7 +218,7 @@ async def _copy_many_async(conn: psycopg.AsyncConnection[Any], batch: _Batch, sc
             for row in _event_rows(batch):
                 await copy.write_row(row)
         async with cur.copy(render(queries.COPY_DELIVERIES, schema)) as copy:
-            copy.set_types(["uuid", "uuid"])
+            copy.set_types(_DELIVERY_COPY_TYPES)
             for pair in _deliveries(batch, routes):
                 await copy.write_row(pair)
         if batch.wake and routes:
@@ -234,18 +257,25 @@ def _finish(batch: _Batch, ids: list[uuid.UUID | None], found: dict[str, uuid.UU
 
 
 def emit(
-    conn: psycopg.Connection[Any],
+    conn: Any,
     event: Event,
     *,
     schema: str | None = None,
     settings: Settings | None = None,
+    json_default: JsonDefault = None,
 ) -> uuid.UUID:
     """Insert ``event`` and its deliveries in the caller's transaction; return the event id.
 
     The id is the ``webhook-id`` receivers see, stable across retries and replays.
+    ``conn``: a psycopg 3 ``Connection``, a psycopg2 connection or cursor, or a SQLAlchemy
+    ``Session`` / ``Connection`` (:mod:`outbox.drivers`); anything else is a ``TypeError``.
     """
     s, sch = _settings_schema(schema, settings)
-    query, params, ev = _plan_one(event, s, sch)
+    if not isinstance(conn, psycopg.Connection):
+        from outbox.drivers import portable
+
+        return portable.emit(drivers.sync_runner(conn), event, s, sch, json_default)
+    query, params, ev = _plan_one(event, s, sch, json_default)
     _check_transaction(conn)
     with translated(), conn.cursor(row_factory=scalar_row) as cur:
         cur.execute(query, params)
@@ -261,11 +291,12 @@ def emit(
 
 
 def emit_many(
-    conn: psycopg.Connection[Any],
+    conn: Any,
     events: Iterable[Event],
     *,
     schema: str | None = None,
     settings: Settings | None = None,
+    json_default: JsonDefault = None,
 ) -> list[uuid.UUID]:
     """Insert many events and their deliveries in one round trip's worth of work; ids in
     input order.
@@ -274,10 +305,15 @@ def emit_many(
     Without idempotency keys the events and their deliveries go by binary COPY, routed by
     one query over the batch's distinct (tenant, type) pairs (the same rule as
     :func:`emit`, in SQL); with any key, by one ``INSERT ... ON CONFLICT`` statement.
-    Either way it all commits or rolls back with the caller's transaction.
+    Either way it all commits or rolls back with the caller's transaction. On the other
+    handles :func:`emit` takes, always by the ``INSERT`` statement.
     """
     s, sch = _settings_schema(schema, settings)
-    batch = _plan_many(events, s, sch)
+    if not isinstance(conn, psycopg.Connection):
+        from outbox.drivers import portable
+
+        return portable.emit_many(drivers.sync_runner(conn), events, s, sch, json_default)
+    batch = _plan_many(events, s, sch, json_default)
     if not batch.slots:
         return []
     _check_transaction(conn)
@@ -292,15 +328,23 @@ def emit_many(
 
 
 async def emit_async(
-    conn: psycopg.AsyncConnection[Any],
+    conn: Any,
     event: Event,
     *,
     schema: str | None = None,
     settings: Settings | None = None,
+    json_default: JsonDefault = None,
 ) -> uuid.UUID:
-    """:func:`emit` for a psycopg ``AsyncConnection``; the same guarantees."""
+    """:func:`emit` for a psycopg ``AsyncConnection``, an asyncpg ``Connection`` (or pool
+    connection), or a SQLAlchemy ``AsyncSession`` / ``AsyncConnection``; the same
+    guarantees."""
     s, sch = _settings_schema(schema, settings)
-    query, params, ev = _plan_one(event, s, sch)
+    if not isinstance(conn, psycopg.AsyncConnection):
+        from outbox.drivers import portable
+
+        return await portable.emit_async(drivers.async_runner(conn), event, s, sch,
+                                         json_default)
+    query, params, ev = _plan_one(event, s, sch, json_default)
     _check_transaction(conn)
     with translated():
         async with conn.cursor(row_factory=scalar_row) as cur:
@@ -317,15 +361,21 @@ async def emit_async(
 
 
 async def emit_many_async(
-    conn: psycopg.AsyncConnection[Any],
+    conn: Any,
     events: Iterable[Event],
     *,
     schema: str | None = None,
     settings: Settings | None = None,
+    json_default: JsonDefault = None,
 ) -> list[uuid.UUID]:
-    """:func:`emit_many` for a psycopg ``AsyncConnection``; the same guarantees."""
+    """:func:`emit_many` for the handles :func:`emit_async` takes; the same guarantees."""
     s, sch = _settings_schema(schema, settings)
-    batch = _plan_many(events, s, sch)
+    if not isinstance(conn, psycopg.AsyncConnection):
+        from outbox.drivers import portable
+
+        return await portable.emit_many_async(drivers.async_runner(conn), events, s, sch,
+                                              json_default)
+    batch = _plan_many(events, s, sch, json_default)
     if not batch.slots:
         return []
     _check_transaction(conn)

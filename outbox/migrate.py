@@ -15,17 +15,23 @@ recorded in ``<schema>.inbox_migrations``; ``inbox=True``, ``outbox migrate --in
 receiver-only service gets the ``inbox`` table and none of the sender's tables, and each
 series numbers its files on its own. Both take the same advisory lock (per schema), so a
 sender and an inbox migration of one schema never run at once either.
+
+:func:`migrate` runs in a transaction of its own on a psycopg 3 connection (``outbox
+migrate``). :func:`apply_in_transaction` is the same work on any DB-API cursor in the
+caller's transaction (psycopg 3 or psycopg2, Django's ``manage.py migrate``, an Alembic
+revision): the same files, checks and lock, committed with the caller's own changes.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any, Protocol
 
 import psycopg
-from psycopg.rows import class_row
 
 from outbox import queries
 from outbox.db import render, translated
@@ -66,13 +72,13 @@ class Migration:
         return hashlib.sha256(self.sql.encode()).hexdigest()
 
 
-@dataclass(frozen=True, slots=True)
-class _Applied:
-    """A ``schema_migrations`` row (MIGRATIONS_APPLIED)."""
+class Cursor(Protocol):
+    """The part of a DB-API cursor :func:`apply_in_transaction` uses (``%s`` placeholders:
+    psycopg 3, psycopg2, Django's cursor)."""
 
-    version: int
-    name: str
-    checksum: str
+    def execute(self, query: Any, params: Any = ..., /) -> Any: ...
+
+    def fetchall(self) -> Sequence[Any]: ...
 
 
 def available(*, inbox: bool = False) -> list[Migration]:
@@ -119,25 +125,48 @@ def migrate(conn: psycopg.Connection[tuple[object, ...]], schema: str, *,
     ``inbox``: the inbox series only (the receiving side's table), not the sender's.
     ``conn`` must be idle (not inside a transaction); it is used in its own transaction.
     """
+    with translated(), conn.transaction(), conn.cursor() as cur:
+        return apply_in_transaction(cur, schema, inbox=inbox)
+
+
+def apply_in_transaction(cursor: Cursor, schema: str, *,
+                         inbox: bool = False) -> list[Migration]:
+    """Apply pending migrations through ``cursor``, inside the caller's open transaction.
+
+    Nothing is committed here: the migrations, their records and the advisory lock (held
+    until then, so concurrent runs wait) commit or roll back with the caller's transaction.
+    The transaction's ``search_path`` is the same afterwards, so the caller's later
+    unqualified statements do not land in ``schema``. Return the migrations applied.
+    """
     series = _series(inbox)
-    with translated(), conn.transaction():
-        conn.execute(queries.MIGRATION_LOCK, (schema,))
-        conn.execute(render(queries.CREATE_SCHEMA, schema))
-        conn.execute(render(series.table, schema))
-        with conn.cursor(row_factory=class_row(_Applied)) as cur:
-            cur.execute(render(series.applied, schema))
-            applied = {a.version: a.checksum for a in cur.fetchall()}
-        pending: list[Migration] = []
-        for m in available(inbox=inbox):
-            if m.version in applied:
-                if applied[m.version] != m.checksum:
-                    raise MigrationError(
-                        f"migration {m.version:04d}_{m.name} changed after it was applied"
-                    )
-                continue
-            pending.append(m)
-        conn.execute(render(queries.SET_SEARCH_PATH, schema))
-        for m in pending:
-            conn.execute(m.sql.encode())
-            conn.execute(render(series.record, schema), (m.version, m.name, m.checksum))
+    with translated():
+        cursor.execute(queries.MIGRATION_LOCK, (schema,))
+        cursor.execute(render(queries.CREATE_SCHEMA, schema))
+        cursor.execute(render(series.table, schema))
+        cursor.execute(render(series.applied, schema))
+        applied = {int(version): checksum for version, _, checksum in cursor.fetchall()}
+        pending = _pending(applied, inbox)
+        if pending:
+            cursor.execute(queries.SHOW_SEARCH_PATH)
+            search_path = cursor.fetchall()[0][0]
+            cursor.execute(render(queries.SET_SEARCH_PATH, schema))
+            for m in pending:
+                cursor.execute(m.sql)
+                cursor.execute(render(series.record, schema), (m.version, m.name, m.checksum))
+            cursor.execute(queries.RESTORE_SEARCH_PATH, (search_path,))
+    return pending
+
+
+def _pending(applied: dict[int, str], inbox: bool) -> list[Migration]:
+    """The shipped migrations not in ``applied`` (version -> checksum), or MigrationError
+    if an applied one changed since."""
+    pending: list[Migration] = []
+    for m in available(inbox=inbox):
+        if m.version in applied:
+            if applied[m.version] != m.checksum:
+                raise MigrationError(
+                    f"migration {m.version:04d}_{m.name} changed after it was applied"
+                )
+            continue
+        pending.append(m)
     return pending

@@ -6,18 +6,23 @@ Worker-only settings live in :mod:`outbox.delivery.settings`, which extends this
 
 from __future__ import annotations
 
+import importlib
 import re
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from outbox.errors import ConfigurationError
 from outbox.secretbox import SecretBox
 
 DEFAULT_DATABASE_URL = "postgresql://127.0.0.1:5432/postgres"
 SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_DOTTED = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
+IMPORT_PATH_RE = re.compile(rf"^{_DOTTED}(?::{_DOTTED})?$")
 
 
 class Settings(BaseSettings):
@@ -47,6 +52,10 @@ class Settings(BaseSettings):
     # NOTIFYs when a worker is idle (outbox/delivery/wakeup.py); "poll" -- never, workers
     # poll. Read by emit and by the worker.
     wakeup: Literal["notify", "poll"] = "notify"
+    # The application's payload encoder (OUTBOX_JSON_DEFAULT), "pkg.module:function": called
+    # like json.dumps' default for types outbox.Event does not encode itself. Imported on
+    # first use (json_default_hook), not here: the module may import outbox.
+    json_default: str = ""
 
     @field_validator("allow_networks")
     @classmethod
@@ -55,6 +64,22 @@ class Settings(BaseSettings):
 
         parse_networks(value)  # ValueError names the bad item
         return value
+
+    @field_validator("json_default")
+    @classmethod
+    def _check_json_default(cls, value: str) -> str:
+        if value and not IMPORT_PATH_RE.match(value):
+            raise ValueError("OUTBOX_JSON_DEFAULT must be an import path such as "
+                             "'myapp.encoding:json_default'")
+        return value
+
+    @property
+    def json_default_hook(self) -> Callable[[Any], Any] | None:
+        """The ``OUTBOX_JSON_DEFAULT`` callable (imported once per process), or None.
+
+        :class:`~outbox.errors.ConfigurationError` if it cannot be imported or is not callable.
+        """
+        return load_callable(self.json_default) if self.json_default else None
 
     @field_validator("schema_name")
     @classmethod
@@ -67,6 +92,28 @@ class Settings(BaseSettings):
     def secret_box(self) -> SecretBox:
         """Seals and opens stored endpoint secrets with ``OUTBOX_SECRET_KEY``."""
         return SecretBox(self.secret_key.get_secret_value())
+
+
+@lru_cache(maxsize=16)
+def load_callable(path: str) -> Callable[[Any], Any]:
+    """The callable at ``"pkg.module:attr"`` (or ``"pkg.module.attr"``), imported once."""
+    module_name, sep, attr = path.partition(":")
+    if not sep:
+        module_name, _, attr = path.rpartition(".")
+    if not module_name or not IMPORT_PATH_RE.match(path):
+        raise ConfigurationError(
+            f"OUTBOX_JSON_DEFAULT={path!r} is not an import path such as "
+            "'myapp.encoding:json_default'")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            target = getattr(target, part)
+    except Exception as exc:  # ImportError, AttributeError, or the module failing to import
+        raise ConfigurationError(
+            f"OUTBOX_JSON_DEFAULT={path!r} cannot be imported: {exc!r}") from exc
+    if not callable(target):
+        raise ConfigurationError(f"OUTBOX_JSON_DEFAULT={path!r} is not callable")
+    return target  # type: ignore[no-any-return]
 
 
 @lru_cache(maxsize=1)

@@ -12,6 +12,12 @@ CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
 """
 CREATE_SCHEMA = "CREATE SCHEMA IF NOT EXISTS {schema}"
 SET_SEARCH_PATH = "SET LOCAL search_path TO {schema}, public"
+# A statement that does nothing: a driver adapter that begins its transaction lazily
+# (SQLAlchemy's asyncpg adapter, outbox.contrib.alembic) begins it now.
+BEGIN_TRANSACTION = "SELECT 1"
+# Saved before and restored after the migrations run in a caller's transaction.
+SHOW_SEARCH_PATH = "SELECT current_setting('search_path')"
+RESTORE_SEARCH_PATH = "SELECT set_config('search_path', %s, true)"
 # Two processes migrating the same schema at once: the second waits, then finds nothing to do.
 MIGRATION_LOCK = "SELECT pg_advisory_xact_lock(hashtext('outbox.migrate'), hashtext(%s))"
 MIGRATIONS_APPLIED = "SELECT version, name, checksum FROM {schema}.schema_migrations"

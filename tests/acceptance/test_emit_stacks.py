@@ -1,0 +1,126 @@
+"""Emitted on each stack, delivered: through a real worker to a verifying receiver on
+127.0.0.1 (issue 19). Also the README's three stack snippets, executed as written."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+from outbox import Event
+from outbox.receiver import Receiver
+from tests.integration.test_emit_stacks_django import manage
+from tests.support.pg import SCHEMA, count
+from tests.support.stacks import (
+    ORDERS,
+    AsyncpgPool,
+    Psycopg2,
+    SAAsyncSession,
+    SASessionPsycopg2,
+    Stack,
+)
+from tests.support.workers import SECRET, add_endpoint, drain, rows, settings
+
+ROOT = Path(__file__).resolve().parents[2]
+FAMILIES = [Psycopg2, AsyncpgPool, SASessionPsycopg2, SAAsyncSession]
+
+
+def readme_snippet(marker: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    match = re.search(rf"<!-- {marker} -->\n```python\n(.*?)\n```", text, re.S)
+    assert match, f"README.md has the {marker} snippet"
+    return match.group(1)
+
+
+def deliver(db_url: str, rx: Receiver, expected: dict[uuid.UUID, dict[str, Any]]) -> None:
+    """Drain a worker; every expected event arrived once, signed, with its payload."""
+    stats = drain(settings(db_url))
+    assert rx.wait_for(len(expected), 5)
+    assert stats["delivered"] == len(expected)
+    got = {r.webhook_id: r for r in rx.received}
+    assert set(got) == {str(i) for i in expected}
+    for event_id, payload in expected.items():
+        record = got[str(event_id)]
+        assert record.signature_ok is True
+        assert json.loads(record.body) == payload
+
+
+@pytest.mark.parametrize("stack_type", FAMILIES, ids=[s.name for s in FAMILIES])
+def test_committed_events_are_delivered(db_url: str, stack_type: type[Stack]) -> None:
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute(ORDERS)
+    with Receiver(secret=SECRET) as rx:
+        add_endpoint(db_url, rx.url + "/hook")
+        with stack_type(db_url) as stack:
+            stack.emit(Event("order.placed", {"order": 0}))
+            stack.rollback()  # never delivered
+            stack.write(1)
+            one = stack.emit(Event("order.placed", {"order": 1}))
+            many = stack.emit_many([Event("order.placed", {"order": 1, "line": i})
+                                    for i in range(2)])
+            stack.commit()
+        expected = {one: {"order": 1}, many[0]: {"order": 1, "line": 0},
+                    many[1]: {"order": 1, "line": 1}}
+        deliver(db_url, rx, expected)
+
+
+@pytest.mark.parametrize("driver", ["psycopg", "psycopg2"])
+def test_django_view_from_the_readme_is_delivered(db_url: str, driver: str) -> None:
+    """The README's Django view (the test project's view) on Django's test client."""
+    manage(db_url, driver, "migrate", "--no-input")
+    with Receiver(secret=SECRET) as rx:
+        add_endpoint(db_url, rx.url + "/hook")
+        seen = json.loads(manage(db_url, driver, "emit_scenarios", "view"))["view"]
+        assert seen == {"forged": 403, "status": 201, "body": {"order": 7}}
+        assert rows(db_url, "SELECT number, total::text FROM shop_order") == [(7, "12.50")]
+        (event_id,) = (i for (i,) in rows(db_url, "SELECT id FROM outbox.events"))
+        deliver(db_url, rx, {event_id: {"order": 7, "total": "12.50"}})
+
+
+def test_fastapi_sqlalchemy_snippet_from_the_readme(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("CREATE TABLE orders (number int PRIMARY KEY)")
+    code = readme_snippet("emit-fastapi").replace(
+        "postgresql+asyncpg://localhost/app", db_url.replace("://", "+asyncpg://", 1))
+    namespace: dict[str, Any] = {}
+    exec(code, namespace)
+    with Receiver(secret=SECRET) as rx:
+        add_endpoint(db_url, rx.url + "/hook")
+        with TestClient(namespace["app"], raise_server_exceptions=False) as client:
+            answer = client.post("/orders/42")
+            failed = client.post("/orders/42")  # duplicate order: its event rolls back too
+            assert client.portal is not None
+            client.portal.call(namespace["engine"].dispose)
+        assert (answer.status_code, answer.json()) == (201, {"order": 42})
+        assert failed.status_code == 500
+        assert rows(db_url, "SELECT number FROM orders") == [(42,)]
+        (event_id,) = (i for (i,) in rows(db_url, "SELECT id FROM outbox.events"))
+        deliver(db_url, rx, {event_id: {"order": 42}})
+
+
+def test_psycopg2_snippet_from_the_readme(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("CREATE TABLE orders (number int PRIMARY KEY)")
+    code = readme_snippet("emit-psycopg2").replace('"dbname=app"', repr(db_url))
+    namespace: dict[str, Any] = {}
+    exec(code, namespace)
+    namespace["conn"].close()
+    assert rows(db_url, "SELECT number FROM orders") == [(42,)]
+    assert count(db_url, "events") == 1
+    with Receiver(secret=SECRET) as rx:
+        add_endpoint(db_url, rx.url + "/hook")
+        # the event was emitted before the endpoint existed: no delivery; emit once more
+        assert count(db_url, "deliveries") == 0
+        with psycopg.connect(db_url) as c:
+            c.execute("DELETE FROM orders")
+            c.commit()
+        exec(code, namespace)
+        namespace["conn"].close()
+        event_id = rows(db_url, f"SELECT id FROM {SCHEMA}.events ORDER BY id DESC LIMIT 1")[0][0]
+        deliver(db_url, rx, {event_id: {"order": 42}})

@@ -1,0 +1,1 @@
+"""The test project's application: one model, and a migration that depends on outbox's."""
