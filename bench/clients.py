@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 import httpx
 import uvloop
+from httpx_aiohttp import AiohttpTransport
 
 from bench.common import emit_json
 from bench.deliver import _lanes
@@ -35,8 +36,12 @@ def _httpx_client(concurrency: int) -> httpx.AsyncClient:
 
 
 def _client_over_transport(concurrency: int) -> httpx.AsyncClient:
-    """httpx's client API over the worker's transport (what the worker skips)."""
-    return httpx.AsyncClient(transport=make_transport(max_connections=concurrency),
+    """httpx's client API over httpx-aiohttp's transport (the worker's stack until issue 17)."""
+    def session() -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency),
+                                     trust_env=False, auto_decompress=False)
+
+    return httpx.AsyncClient(transport=AiohttpTransport(client=session, trust_env=False),
                              trust_env=False, timeout=httpx.Timeout(15.0, connect=5.0))
 
 
@@ -93,7 +98,7 @@ def measure(n: int, concurrency: int) -> dict[str, dict[str, float]]:
             u, n, concurrency, [_httpx_client(1) for _ in range(concurrency)]),
         "httpx client + httpx-aiohttp transport": lambda u: _run_httpx(
             u, n, concurrency, [_client_over_transport(concurrency)]),
-        "httpx Request -> transport, no client (the worker's)": lambda u: _run_transport(
+        "the worker's sender (aiohttp behind send)": lambda u: _run_transport(
             u, n, concurrency),
         "the worker's, on uvloop": lambda u: _run_transport(u, n, concurrency),
         "aiohttp alone (no httpx API)": lambda u: _run_aiohttp(u, n, concurrency),

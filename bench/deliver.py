@@ -18,7 +18,11 @@ Each measurement gets a fresh scratch database, one endpoint and a fresh
   claimed rows are handed back, e.g. at the per-endpoint cap), and CPU seconds from
   ``/proc``: workers, sink, this process, the scratch database's backends (``pg_db``),
   other PostgreSQL processes (``pg_other``) and the rest (``other``: on a shared
-  machine, other people's work -- a sign of a noisy run).
+  machine, other people's work -- a sign of a noisy run). Worker CPU per delivery is the
+  workers' own rusage (start-up to exit, read once they exited) over the deliveries.
+- Bare loop: 2 ``bench.bareloop`` processes drain the same backlog (the floor of CPU per
+  delivery: claim, HMAC, aiohttp POST, one completion statement, nothing else); its CPU
+  per delivery (rusage) and the 2 workers' ratio to it (``bench.cpu`` repeats this).
 - Latency: one running worker; this process emits one event per transaction at
   ``--rate``/s for ``--seconds`` (sleep-paced, one connection) and notes ``time.time()``
   after each commit; latency = sink first arrival - commit (p50/p90/p99/max), with the
@@ -44,7 +48,7 @@ import psycopg
 
 import outbox
 from bench.common import SCHEMA, emit_json, percentiles, scratch_database
-from bench.procs import CpuMeter, Workers
+from bench.procs import CpuMeter, Workers, children_cpu
 from bench.sink import Sink
 from outbox import Event
 from outbox import endpoints as ep
@@ -64,12 +68,12 @@ def _roles(workers: Workers, sink: Sink) -> dict[str, set[int]]:
     return {"workers": workers.pids(), "sink": {sink.pid or -1}, "bench": {os.getpid()}}
 
 
-def _add_endpoint(url: str, sink_url: str) -> None:
+def add_endpoint(url: str, sink_url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         ep.add(conn, sink_url + "/hook", schema=SCHEMA)
 
 
-def _emit_backlog(url: str, n: int) -> None:
+def emit_backlog(url: str, n: int) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         for first in range(0, n, 1000):
             events = [Event("order.created", {**PAYLOAD, "id": i})
@@ -79,7 +83,10 @@ def _emit_backlog(url: str, n: int) -> None:
         conn.execute(f"VACUUM ANALYZE {SCHEMA}.events, {SCHEMA}.deliveries")
 
 
-def _wait_delivered(url: str, expected: int, workers: Workers, meter: CpuMeter,
+_add_endpoint = add_endpoint  # the name bench.wakeup uses
+
+
+def wait_delivered(url: str, expected: int, workers: Workers, meter: CpuMeter,
                     timeout: float) -> None:
     """Poll until ``expected`` deliveries are delivered, sampling ``meter`` meanwhile."""
     deadline = time.monotonic() + timeout
@@ -166,15 +173,17 @@ def raw_reference(n: int, concurrency: int) -> dict[str, Any]:
 def throughput(n: int, k: int, env: dict[str, str]) -> dict[str, Any]:
     """Drain a backlog of ``n`` deliveries with ``k`` worker processes."""
     with scratch_database() as url, Sink() as sink:
-        _add_endpoint(url, sink.url)
-        _emit_backlog(url, n)
+        add_endpoint(url, sink.url)
+        emit_backlog(url, n)
         meter = CpuMeter()
+        reaped = children_cpu()
         start = time.perf_counter()
         with Workers(url, k, env, drain=True) as workers:
-            _wait_delivered(url, n, workers, meter, timeout=60 + n / 100)
+            wait_delivered(url, n, workers, meter, timeout=60 + n / 100)
             elapsed = time.perf_counter() - start
             cpu = meter.split(_roles(workers, sink))
             workers.wait()  # --drain: they exit by themselves
+            rusage = children_cpu() - reaped  # the workers' own, start-up to exit
             counters = workers.counters()
     rep = sink.report
     if rep.distinct != n:
@@ -183,6 +192,8 @@ def throughput(n: int, k: int, env: dict[str, str]) -> dict[str, Any]:
     return {"workers": k, "seconds": elapsed, "deliveries_per_s": n / elapsed,
             "sink_span_per_s": (n - 1) / span if span > 0 else None,
             "requests": rep.requests, "duplicates": rep.duplicates, "cpu_seconds": cpu,
+            "worker_rusage_cpu_s": round(rusage, 3),
+            "worker_cpu_us_per_delivery": round(1e6 * rusage / n, 1),
             "worker_counters": counters}
 
 
@@ -208,14 +219,14 @@ def latency(rate: float, seconds: float, env: dict[str, str], poll: float | None
     if poll is not None:
         env = {**env, "OUTBOX_POLL_INTERVAL_SECONDS": str(poll)}
     with scratch_database() as url, Sink() as sink:
-        _add_endpoint(url, sink.url)
+        add_endpoint(url, sink.url)
         with Workers(url, 1, env, drain=False) as workers, \
                 psycopg.connect(url, autocommit=True) as conn:
             _paced_emit(conn, 1, 1)  # warm-up: the worker is up and connected
-            _wait_delivered(url, 1, workers, CpuMeter(), timeout=60)
+            wait_delivered(url, 1, workers, CpuMeter(), timeout=60)
             meter = CpuMeter()
             commits, took = _paced_emit(conn, rate, seconds)
-            _wait_delivered(url, 1 + len(commits), workers, meter, timeout=seconds + 60)
+            wait_delivered(url, 1 + len(commits), workers, meter, timeout=seconds + 60)
             cpu = meter.split(_roles(workers, sink))
             workers.wait(terminate=True)
             counters = workers.counters()
@@ -256,10 +267,27 @@ def _print_throughput(t: dict[str, Any], n: int) -> None:
           f"{t['deliveries_per_s']:,.0f} deliveries/s = {t['ratio_to_raw']:.2f}x raw"
           f"  ({t['seconds']:.1f} s; sink first-to-last {t['sink_span_per_s'] or 0:,.0f}/s;"
           f" duplicates {t['duplicates']})")
-    print(f"    worker CPU per delivery {t['worker_cpu_us_per_delivery']:.0f} us, of which the"
-          f" raw HTTP stack's cost per request is {100 * t['stack_share_of_worker_cpu']:.0f}%;"
-          f" {_claims(t['worker_counters'])}")
+    print(f"    worker CPU per delivery {t['worker_cpu_us_per_delivery']:.0f} us (the workers'"
+          f" rusage, start-up included), of which the raw HTTP stack's cost per request is"
+          f" {100 * t['stack_share_of_worker_cpu']:.0f}%; {_claims(t['worker_counters'])}")
     _print_cpu(t["cpu_seconds"], n)
+
+
+def bareloop_reference(n: int, concurrency: int) -> dict[str, Any]:
+    """2 ``bench.bareloop`` processes drain the same backlog: the floor of CPU per delivery
+    (their rusage, start-up included, as the workers' figure)."""
+    from bench import cpu  # bench.cpu imports this module
+
+    run = cpu.drain("bareloop", n, 2, concurrency)
+    run["cpu_us_per_delivery"] = round(1e6 * run["cpu_s"] / n, 1)
+    return run
+
+
+def _print_bareloop(bare: dict[str, Any], workers: dict[str, Any]) -> None:
+    ratio = workers["worker_cpu_us_per_delivery"] / bare["cpu_us_per_delivery"]
+    print(f"bare loop (bench.bareloop), 2 processes        {bare['deliveries_per_s']:,.0f}"
+          f" deliveries/s, CPU per delivery {bare['cpu_us_per_delivery']:.0f} us;"
+          f" 2 workers / bare loop: {ratio:.2f}x CPU per delivery", flush=True)
 
 
 def _print_latency(lat: dict[str, Any]) -> None:
@@ -302,11 +330,12 @@ def main() -> None:
         for k in (1, 2):
             t = throughput(args.events, k, env)
             t["ratio_to_raw"] = t["deliveries_per_s"] / raw["stack_per_s"]
-            t["worker_cpu_us_per_delivery"] = 1e6 * t["cpu_seconds"]["workers"] / args.events
             t["stack_share_of_worker_cpu"] = (raw["stack_cpu_us_per_request"]
                                               / t["worker_cpu_us_per_delivery"])
             res["throughput"].append(t)
             _print_throughput(t, args.events)
+        res["bareloop"] = bare = bareloop_reference(args.events, args.concurrency)
+        _print_bareloop(bare, res["throughput"][-1])
     if not args.skip_latency:
         res["latency"] = []
         for poll in (None, 0.02):

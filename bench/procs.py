@@ -1,14 +1,17 @@
 """Processes for the delivery benchmark: ``outbox worker`` subprocesses and CPU accounting.
 
-:class:`Workers` starts ``python -m outbox worker`` processes on a database and kills
-whatever is still running when its ``with`` block ends, error or not. :func:`cpu_times`
-and :class:`CpuMeter` read ``/proc`` to say how many CPU seconds each kind of process
-(workers, sink, PostgreSQL, ...) used over a measurement.
+:class:`Workers` starts ``python -m outbox worker`` processes (or another command, such as
+``bench.bareloop``) on a database and kills whatever is still running when its ``with``
+block ends, error or not. :func:`cpu_times` and :class:`CpuMeter` read ``/proc`` to say
+how many CPU seconds each kind of process (workers, sink, PostgreSQL, ...) used over a
+measurement; :func:`children_cpu` is this process's reaped children's own rusage, exact
+for processes that ran to their end (``--drain`` workers).
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -27,12 +30,14 @@ _TICK = os.sysconf("SC_CLK_TCK")
 class Workers:
     """``python -m outbox worker`` processes; killed on exit from the ``with`` block."""
 
-    def __init__(self, url: str, k: int, env: dict[str, str], *, drain: bool) -> None:
+    def __init__(self, url: str, k: int, env: dict[str, str], *, drain: bool,
+                 cmd: list[str] | None = None) -> None:
         self.env = {**os.environ, "OUTBOX_DATABASE_URL": url, "OUTBOX_SCHEMA": SCHEMA,
                     "OUTBOX_ALLOW_NETWORKS": "127.0.0.0/8",
                     "OUTBOX_METRICS_PORT": "0",  # no side door: K workers share one host
                     **env}
-        self.cmd = [sys.executable, "-m", "outbox", "worker", *(["--drain"] if drain else [])]
+        self.cmd = cmd or [sys.executable, "-m", "outbox", "worker",
+                           *(["--drain"] if drain else [])]
         self.k = k
         self.procs: list[subprocess.Popen[bytes]] = []
         self.logs: list[IO[bytes]] = []
@@ -95,6 +100,15 @@ class Workers:
         for p in self.procs:
             p.wait(timeout)
         self.check()
+
+
+def children_cpu() -> float:
+    """User + system CPU seconds of this process's children that have exited and been
+    waited for (``RUSAGE_CHILDREN``): the difference around a :class:`Workers` block that
+    ends with :meth:`Workers.wait` is exactly those workers' CPU, start-up included, as
+    long as no other child of this process is reaped meanwhile."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 @dataclass(frozen=True)

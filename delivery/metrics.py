@@ -1,5 +1,11 @@
 """Prometheus metrics of one worker process (its own registry, served by outbox.delivery.health).
 
+Under ``outbox worker --processes N`` (:mod:`outbox.delivery.supervisor`) each child runs
+with ``PROMETHEUS_MULTIPROC_DIR`` set and the supervisor serves the group's sum: counters and
+histograms add up over every child, exited ones included; ``outbox_in_flight`` is the sum
+of the live children; the backlog gauges, which every child reads from the same database,
+are the most recent live child's value (``livemostrecent``), not N times the backlog.
+
 Label cardinality is bounded: ``endpoint`` is the endpoint id (never the URL), and after
 ``max_endpoints`` distinct ids every further endpoint is counted as ``other``.
 
@@ -12,6 +18,8 @@ Label cardinality is bounded: ``endpoint`` is the endpoint id (never the URL), a
     outbox_largest_tenant_due_backlog            gauge: due deliveries of the tenant with
                                                  the most (among the oldest 10,000 due;
                                                  no tenant label: unbounded cardinality)
+    outbox_blocked_keys                          gauge: ordered keys held by a dead head
+    outbox_blocked_deliveries                    gauge: deliveries queued behind them
     outbox_in_flight                             gauge: requests in flight here
     outbox_claimed_per_poll                      histogram of rows per claim
     outbox_database_errors_total                 counter of failed database calls
@@ -21,6 +29,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -48,15 +57,25 @@ class Metrics:
                                           "HTTP attempt duration", ["endpoint"], registry=r)
         self.lag = Histogram("outbox_delivery_lag_seconds", "Emit to delivered",
                              buckets=_LATENCY_BUCKETS, registry=r)
+        # the whole queue's state, the same in every process: the latest reading
+        shared: Final = "livemostrecent"
         self.due_backlog = Gauge("outbox_due_backlog", "Pending deliveries due now",
-                                 registry=r)
+                                 registry=r, multiprocess_mode=shared)
         self.oldest_due_age = Gauge("outbox_oldest_due_age_seconds",
-                                    "Age of the oldest due delivery", registry=r)
+                                    "Age of the oldest due delivery", registry=r,
+                                    multiprocess_mode=shared)
         self.largest_tenant_backlog = Gauge(
             "outbox_largest_tenant_due_backlog",
             "Due deliveries of the tenant with the most, among the oldest 10,000 due",
-            registry=r)
-        self.in_flight = Gauge("outbox_in_flight", "Requests in flight", registry=r)
+            registry=r, multiprocess_mode=shared)
+        self.blocked_keys = Gauge(
+            "outbox_blocked_keys", "Ordered keys whose head is dead (replay or skip it)",
+            registry=r, multiprocess_mode=shared)
+        self.blocked_deliveries = Gauge(
+            "outbox_blocked_deliveries", "Deliveries queued behind a dead head",
+            registry=r, multiprocess_mode=shared)
+        self.in_flight = Gauge("outbox_in_flight", "Requests in flight", registry=r,
+                               multiprocess_mode="livesum")
         self.claimed_per_poll = Histogram("outbox_claimed_per_poll", "Rows per claim",
                                           buckets=(0, 1, 2, 5, 10, 20, 50, 100, 200, 500),
                                           registry=r)

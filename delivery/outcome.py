@@ -10,8 +10,8 @@ Status classification (DESIGN.md "Outcomes")::
     <200 or >599               RETRY    error_class "unexpected_status"
 
 A final status outside 200-599 is a broken receiver, not a refusal, so it is retried
-(``max_attempts`` bounds the cost). httpx consumes interim 1xx responses itself; a 1xx
-reaching us is such a protocol anomaly.
+(``max_attempts`` bounds the cost). The HTTP client (aiohttp) consumes interim 1xx
+responses itself; a 1xx reaching us is such a protocol anomaly.
 
 Guarantees: neither classifier raises for any input; every non-DELIVERED result has a
 non-None ``error_class`` and a one-line ``error``.
@@ -19,16 +19,18 @@ non-None ``error_class`` and a one-line ``error``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import ssl
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
 
 import aiohttp
-import httpx
 import tenacity
 
 from outbox.ssrf import ResolutionFailed, blocked_reason
@@ -111,7 +113,7 @@ def _status_verdict(status: int) -> tuple[Verdict, str | None]:
 
 def classify_status(
     status: int,
-    headers: httpx.Headers,
+    headers: Mapping[str, str],
     excerpt: str | None,
     duration_ms: float,
     *,
@@ -141,12 +143,8 @@ def classify_status(
     )
 
 
-_TIMEOUT_NAMES: dict[type[httpx.TimeoutException], str] = {
-    httpx.ConnectTimeout: "connect",
-    httpx.ReadTimeout: "read",
-    httpx.WriteTimeout: "write",
-    httpx.PoolTimeout: "pool",
-}
+_TIMEOUT_NAMES = {"ConnectTimeout": "connect", "ReadTimeout": "read",
+                  "WriteTimeout": "write", "PoolTimeout": "pool"}
 
 
 def _caused_by_tls(exc: BaseException) -> bool:
@@ -180,6 +178,29 @@ def _aiohttp_class(exc: BaseException) -> str | None:
     return None
 
 
+def _httpx_class(exc: BaseException, seconds: float) -> tuple[str, str] | None:
+    """httpx's exception tree, for callers that send with httpx (the worker does not):
+    an httpx error can only exist once httpx was imported, so it is not imported here."""
+    if "httpx" not in sys.modules:
+        return None
+    import httpx
+
+    name = type(exc).__name__
+    if isinstance(exc, httpx.TimeoutException):
+        return "timeout", f"{_TIMEOUT_NAMES.get(name, 'request')} timeout after {seconds:.1f}s"
+    if isinstance(exc, httpx.ConnectError):
+        return ("tls" if _caused_by_tls(exc) else "connect"), f"{name}: {exc}"
+    if isinstance(exc, httpx.ProtocolError):
+        return "protocol", f"{name}: {exc}"
+    if isinstance(exc, httpx.NetworkError):
+        return "network", f"{name}: {exc}"
+    if isinstance(exc, httpx.DecodingError):
+        return "decoding", f"{name}: {exc}"
+    if isinstance(exc, httpx.TransportError):
+        return "transport", f"{name}: {exc}"
+    return None
+
+
 def _exception_class(exc: BaseException, seconds: float) -> tuple[str, str]:
     name = type(exc).__name__
     via_aiohttp = _aiohttp_class(exc)
@@ -187,23 +208,13 @@ def _exception_class(exc: BaseException, seconds: float) -> tuple[str, str]:
         return "timeout", f"timeout after {seconds:.1f}s"
     if via_aiohttp is not None:
         return via_aiohttp, f"{name}: {exc}"
-    if isinstance(exc, httpx.TimeoutException):
-        phase = _TIMEOUT_NAMES.get(type(exc), "request")
-        return "timeout", f"{phase} timeout after {seconds:.1f}s"
+    via_httpx = _httpx_class(exc, seconds)
+    if via_httpx is not None:
+        return via_httpx
     if isinstance(exc, TimeoutError):
         return "timeout", f"timeout after {seconds:.1f}s"
-    if isinstance(exc, httpx.ConnectError):
-        return ("tls" if _caused_by_tls(exc) else "connect"), f"{name}: {exc}"
-    if isinstance(exc, httpx.ProtocolError):
-        return "protocol", f"{name}: {exc}"
-    if isinstance(exc, httpx.NetworkError):
-        return "network", f"{name}: {exc}"
     if isinstance(exc, ResolutionFailed):
         return "dns", str(exc)
-    if isinstance(exc, httpx.DecodingError):
-        return "decoding", f"{name}: {exc}"
-    if isinstance(exc, httpx.TransportError):
-        return "transport", f"{name}: {exc}"
     return "internal", f"{name}: {exc}"
 
 
@@ -226,11 +237,11 @@ def classify_exception(exc: BaseException, duration_ms: float) -> AttemptResult:
         DecodingError                           "decoding"
         ssrf.ResolutionFailed                   "dns"
 
-    The worker's transport is aiohttp under httpx (``httpx-aiohttp``), whose exception
-    mapping is coarse (any ``ClientConnectionError`` becomes ``ConnectTimeout``, a bad
-    status line is not mapped at all), so the aiohttp error in the cause chain decides
-    first: certificate/SSL "tls", server/socket timeouts "timeout", connector errors
-    "connect", bad responses/payloads "protocol", disconnects and OS errors "network".
+    The worker's sender (:mod:`outbox.delivery.sender`) raises aiohttp's own errors;
+    an aiohttp error anywhere in the cause chain (also under an httpx wrapper such as
+    ``httpx-aiohttp``'s coarse mapping) decides first: certificate/SSL "tls",
+    server/socket timeouts "timeout", connector errors "connect", bad responses/payloads
+    "protocol", disconnects and OS errors "network".
         anything else                           "internal" (error names the type)
 
     ``TooManyRedirects`` cannot occur (redirects are never followed) and would be
@@ -251,6 +262,42 @@ def classify_exception(exc: BaseException, duration_ms: float) -> AttemptResult:
         response_excerpt=None,
         retry_after_seconds=None,
     )
+
+
+def classify_attempt(
+    status: int | None,
+    headers: Mapping[str, str],
+    body: bytes,
+    failure: BaseException | None,
+    *,
+    expired: bool,
+    total_timeout: float,
+    duration_ms: float,
+) -> AttemptResult:
+    """The verdict on one exchange, from what arrived: ``status`` (None: no status line),
+    its ``headers``, the kept ``body`` bytes, the exception that ended it early if any,
+    and whether the total deadline (``total_timeout`` seconds) fired.
+
+    No status: RETRY "timeout" ``"total timeout after Ns"`` if the deadline fired, else
+    :func:`classify_exception` of ``failure``. A status: :func:`classify_status`, whatever
+    happened while reading the body; such a failure (or the deadline) is noted in
+    ``error`` (``"body not fully read: <cause>"``). The excerpt is ``body`` as UTF-8,
+    invalid bytes replaced; None if empty. Never raises.
+    """
+    if status is None:
+        if expired:
+            return AttemptResult(
+                verdict=Verdict.RETRY, status_code=None, duration_ms=duration_ms,
+                error_class="timeout", error=f"total timeout after {total_timeout:.1f}s",
+                response_excerpt=None, retry_after_seconds=None)
+        return classify_exception(failure or RuntimeError("no response"), duration_ms)
+    excerpt = body.decode("utf-8", errors="replace") if body else None
+    result = classify_status(status, headers, excerpt, duration_ms)
+    if failure is None and not expired:
+        return result
+    cause = "total timeout" if expired else type(failure).__name__
+    note = f"body not fully read: {cause}"
+    return dataclasses.replace(result, error=f"{result.error}; {note}" if result.error else note)
 
 
 _RETRYING = tenacity.Retrying()

@@ -20,12 +20,11 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import httpx
-
 from outbox.delivery.jobs import Job
 from outbox.delivery.outcome import Verdict
 from outbox.delivery.request import send_job
 from outbox.delivery.runner import make_worker_transport
+from outbox.delivery.sender import Transport
 from outbox.delivery.settings import WorkerSettings
 from outbox.endpoints import Endpoint
 from outbox.errors import InvalidEndpoint
@@ -71,7 +70,7 @@ def ping_job(endpoint: Endpoint, secrets: Sequence[str], now: dt.datetime) -> Jo
 
 
 async def ping(settings: WorkerSettings, endpoint: Endpoint, secrets: Sequence[str], *,
-               transport: httpx.AsyncBaseTransport | None = None) -> PingResult:
+               transport: Transport | None = None) -> PingResult:
     """Send one ping to ``endpoint`` (see module guarantees); ``transport`` defaults to a
     fresh worker transport, closed afterwards (a given one is left open)."""
     now = dt.datetime.now(dt.UTC)

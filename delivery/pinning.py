@@ -1,7 +1,7 @@
 """Connection pinning: the socket goes to the address the SSRF guard checked, nothing else.
 
 :class:`GuardedResolver` is the resolver of the worker's aiohttp connector
-(:func:`outbox.delivery.sender.make_transport`). aiohttp connects to exactly the addresses
+(:class:`outbox.delivery.sender.Transport`). aiohttp connects to exactly the addresses
 its resolver returns, so resolving-and-checking there pins the connection: one lookup per
 new connection (no DNS rebinding window), and a host with any non-allowed address raises
 :class:`BlockedAddress`, as does a name RFC 6761 reserves for loopback (``*.localhost``),
@@ -19,7 +19,6 @@ import socket
 from collections.abc import Iterable
 
 import aiohttp.abc
-import httpx
 
 from outbox.ssrf import (
     BlockedAddress,
@@ -42,6 +41,7 @@ class GuardedResolver(aiohttp.abc.AbstractResolver):
         self._allow = tuple(allow)
         self._resolver = resolver
         self._timeout = timeout
+        self._literals: dict[str, BlockedAddress | None] = {}
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
@@ -66,21 +66,33 @@ class GuardedResolver(aiohttp.abc.AbstractResolver):
     async def close(self) -> None:
         return None
 
-    async def check_literal(self, request: httpx.Request) -> None:
-        """Refuse a blocked IP-literal host; the worker's transport calls this before every
-        request, since aiohttp never asks its resolver about ``http://10.0.0.1/``.
+    def check_literal(self, host: str) -> None:
+        """Refuse a blocked IP-literal ``host`` (raise :class:`BlockedAddress`); the sender
+        calls this before every request, since aiohttp never asks its resolver about
+        ``http://10.0.0.1/``. A name is left to :meth:`resolve`.
 
         A numeric host such as ``127.1`` or ``2130706433`` is judged as the address
         ``inet_aton`` makes of it: aiohttp takes any all-digits-and-dots host for an IP
         literal and skips its resolver, and older aiohttp versions (the worker accepts 3.10
-        and later) then let the socket layer connect to that address.
+        and later) then let the socket layer connect to that address. The verdict on each
+        host is remembered (it depends only on the host and the allowlist, both fixed).
         """
-        host = request.url.host
+        try:
+            refusal = self._literals[host]
+        except KeyError:
+            refusal = self._judge_literal(host)
+            if len(self._literals) >= 4096:
+                self._literals.clear()
+            self._literals[host] = refusal
+        if refusal is not None:
+            raise BlockedAddress(refusal.host, refusal.address, refusal.reason)
+
+    def _judge_literal(self, host: str) -> BlockedAddress | None:
         ip = ip_literal(host) or _numeric_ipv4(host)
-        if ip is not None:
-            reason = check_address(ip, self._allow)
-            if reason is not None:
-                raise BlockedAddress(host, ip, reason)
+        if ip is None:
+            return None
+        reason = check_address(ip, self._allow)
+        return None if reason is None else BlockedAddress(host, ip, reason)
 
 
 def _numeric_ipv4(host: str) -> IPAddress | None:

@@ -6,11 +6,11 @@ loop and ``outbox endpoints ping`` both call it, so they sign, time out and clas
 
 from __future__ import annotations
 
-import httpx
+import functools
 
 from outbox.delivery.jobs import Job
 from outbox.delivery.outcome import AttemptResult
-from outbox.delivery.sender import send
+from outbox.delivery.sender import PhaseTimeouts, Transport, send
 from outbox.delivery.settings import WorkerSettings
 from outbox.signing import webhook_headers
 
@@ -20,10 +20,12 @@ def build_headers(job: Job, body: bytes, *, user_agent: str, timestamp: int) -> 
     grace period, the previous one too; ``Idempotency-Key`` equals ``webhook-id``.
     The endpoint's custom headers come first and cannot override these. ``traceparent``
     carries the emitting span's trace context when there was one (outbox.tracing)."""
-    secrets = [job.secret] + ([job.previous_secret] if job.previous_secret else [])
-    headers = dict(job.headers)
-    headers.update(webhook_headers(secrets, job.webhook_id, body, timestamp=timestamp))
-    headers["idempotency-key"] = job.webhook_id
+    secrets = (job.secret, job.previous_secret) if job.previous_secret else (job.secret,)
+    msg_id = job.webhook_id
+    # no custom headers: Accept-Encoding first, where send() looks for it (else it copies)
+    headers = dict(job.headers) if job.headers else {"accept-encoding": "identity"}
+    headers.update(webhook_headers(secrets, msg_id, body, timestamp=timestamp))
+    headers["idempotency-key"] = msg_id
     headers["content-type"] = "application/json"
     headers["user-agent"] = user_agent
     if job.traceparent:
@@ -31,19 +33,25 @@ def build_headers(job: Job, body: bytes, *, user_agent: str, timestamp: int) -> 
     return headers
 
 
-async def send_job(transport: httpx.AsyncBaseTransport, job: Job, settings: WorkerSettings,
+@functools.lru_cache(maxsize=64)
+def _timeouts(connect: float) -> PhaseTimeouts:
+    return PhaseTimeouts(connect=connect)
+
+
+async def send_job(transport: Transport, job: Job, settings: WorkerSettings,
                    *, timestamp: int) -> AttemptResult:
     """POST ``job.payload`` to ``job.url`` once through ``transport`` and classify the answer.
 
     Headers are :func:`build_headers` signed at ``timestamp`` (unix seconds); the total
     timeout is the endpoint's own (``job.timeout_seconds``) or the default, kept below the
     lease (:meth:`WorkerSettings.endpoint_timeout`); connecting gets at most
-    ``connect_timeout_seconds`` of it; at most ``response_body_cap`` bytes of the answer are
-    kept. Never raises for a network or HTTP failure (see :func:`~.sender.send`).
+    ``connect_timeout_seconds`` of it (reads are bounded by the total alone); at most
+    ``response_body_cap`` bytes of the answer are kept. Never raises for a network or HTTP
+    failure (see :func:`~.sender.send`).
     """
     body = job.payload.encode()
     headers = build_headers(job, body, user_agent=settings.user_agent, timestamp=timestamp)
     total = settings.endpoint_timeout(job.timeout_seconds)
-    timeout = httpx.Timeout(total, connect=min(total, settings.connect_timeout_seconds))
+    timeout = _timeouts(min(total, settings.connect_timeout_seconds))
     return await send(transport, job.url, body, headers, timeout=timeout, total_timeout=total,
                       body_cap=settings.response_body_cap)

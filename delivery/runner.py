@@ -6,18 +6,15 @@ import asyncio
 import signal
 from collections.abc import Iterable
 
-import httpx
-
 from outbox.delivery import health
 from outbox.delivery.pinning import GuardedResolver
-from outbox.delivery.sender import make_transport
+from outbox.delivery.sender import Transport, make_transport
 from outbox.delivery.settings import WorkerSettings
 from outbox.delivery.worker import Worker
-from outbox.errors import ConfigurationError
 from outbox.ssrf import parse_networks
 
 
-def make_worker_transport(settings: WorkerSettings) -> httpx.AsyncBaseTransport:
+def make_worker_transport(settings: WorkerSettings) -> Transport:
     """The worker's HTTP transport, guarded by the SSRF resolver with the configured allowlist."""
     resolver = GuardedResolver(parse_networks(settings.allow_networks),
                                timeout=settings.connect_timeout_seconds)
@@ -29,23 +26,15 @@ async def run_worker(
 ) -> dict[str, int]:
     """Run one worker until stopped (by a signal in ``signals``) or drained; its counters.
 
-    Serves /metrics, /healthz and /readyz on ``OUTBOX_METRICS_PORT`` unless draining.
+    Serves /metrics, /healthz and /readyz where :func:`outbox.delivery.health.start` says.
     """
     async with make_worker_transport(settings) as transport:
         worker = Worker(settings, transport)
         loop = asyncio.get_running_loop()
         for sig in signals:
             loop.add_signal_handler(sig, worker.stop)
-        server = None
-        if settings.metrics_port and not drain:
-            app = health.make_app(worker.metrics.registry, worker.ready)
-            try:
-                server = await health.serve(app, settings.metrics_port, settings.metrics_host)
-            except OSError as exc:
-                raise ConfigurationError(
-                    f"cannot serve metrics on {settings.metrics_host}:{settings.metrics_port}"
-                    f" ({exc.strerror}): set OUTBOX_METRICS_PORT to a free port, or 0 to"
-                    " disable /metrics, /healthz and /readyz") from None
+        server = await health.start(settings, worker.metrics.registry, worker.ready,
+                                    drain=drain)
         try:
             await worker.run(drain=drain)
         finally:

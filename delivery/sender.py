@@ -1,4 +1,9 @@
-"""One webhook POST, turned into an :class:`~outbox.delivery.outcome.AttemptResult`.
+"""The one HTTP sender: a webhook POST, turned into an
+:class:`~outbox.delivery.outcome.AttemptResult`.
+
+The worker (:func:`~outbox.delivery.request.send_job`) and ``outbox endpoints ping`` both
+send through :func:`send` over a :class:`Transport` (:func:`make_transport`), so the
+request and its verdict are the same code for both.
 
 Guarantees of :func:`send`:
 
@@ -6,84 +11,276 @@ Guarantees of :func:`send`:
   ``Exception`` (as RETRY "internal"); only ``BaseException``s that are not ``Exception``
   (``asyncio.CancelledError``, ``KeyboardInterrupt``...) propagate.
 - Redirects are never followed: exactly one request per call.
-- ``total_timeout`` bounds the whole exchange, on top of httpx's per-phase timeouts, so a
-  receiver trickling bytes cannot hold a worker slot longer than that.
+- ``timeout.connect`` bounds connecting (the socket connect; a DNS lookup is bounded by
+  the resolver's own timeout), ``timeout.read`` each wait for response bytes, and
+  ``total_timeout`` the whole exchange, so a receiver trickling bytes cannot hold a
+  worker slot longer than that (the deadline fires up to :attr:`Deadlines.RESOLUTION`,
+  50 ms, late; never early).
 - The verdict is decided by the status line once one arrived: a failure or the deadline
   while reading the response body only shortens the excerpt and is noted in ``error``
   (a 2xx stays DELIVERED; the receiver already accepted the event).
 - At most ``body_cap`` bytes of the decoded body are kept, and reading stops there.
-  ``Accept-Encoding: identity`` is requested (callers may override it); if a receiver
-  compresses anyway, httpx inflates one network read (at most 64 KiB raw) at a time, so
-  the worst transient cost of a compression bomb is about 1000x that, not the whole body.
+  ``Accept-Encoding: identity`` is requested (callers may override it); a ``gzip`` or
+  ``deflate`` body sent anyway is inflated here with zlib's ``max_length``, never more
+  than the cap, so a compression bomb costs one cap of memory. Other encodings (``br``,
+  ``zstd``, a list) are kept as received.
+
+Where httpx still serves, and why: nowhere on this path. The request goes straight to
+aiohttp (a keep-alive ``ClientSession`` over a ``TCPConnector``): going through httpx,
+even calling an httpx-aiohttp transport directly without ``httpx.AsyncClient``, cost
+about a third of a worker's CPU per delivery in ``httpx.Request``/``Headers`` building
+and response wrapping (bench/README.md, issue 17). :func:`send` accepts an
+``httpx.Timeout`` as ``timeout`` (anything with ``connect`` and ``read``), and
+:func:`~outbox.delivery.outcome.classify_exception` still maps httpx's exception tree,
+for callers that send with httpx themselves; the worker does not.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import functools
+import math
 import time
+import zlib
 from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from types import TracebackType
+from typing import Any, Protocol
 
 import aiohttp
-import httpx
-from httpx_aiohttp import AiohttpTransport
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
 
-from outbox.delivery.outcome import AttemptResult, Verdict, classify_exception, classify_status
+from outbox.delivery.outcome import AttemptResult, classify_attempt
 from outbox.delivery.pinning import GuardedResolver
 
 DEFAULT_BODY_CAP = 16384
+_NO_HEADERS: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict())
 
 
-@dataclasses.dataclass(slots=True)
+class Timeouts(Protocol):
+    """Phase timeouts in seconds (None: only the total bounds it); ``httpx.Timeout`` fits."""
+
+    @property
+    def connect(self) -> float | None: ...
+
+    @property
+    def read(self) -> float | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseTimeouts:
+    """The worker's :class:`Timeouts`."""
+
+    connect: float | None
+    read: float | None = None
+
+
+@lru_cache(maxsize=256)
+def _client_timeout(connect: float | None, read: float | None) -> aiohttp.ClientTimeout:
+    # total=None: send's own deadline bounds the exchange (and says so in the error)
+    return aiohttp.ClientTimeout(total=None, connect=None, sock_connect=connect, sock_read=read)
+
+
+class ContentDecodingError(ValueError):
+    """A compressed response body that does not inflate."""
+
+
 class _Exchange:
-    status: int | None = None
-    headers: httpx.Headers = dataclasses.field(default_factory=httpx.Headers)
-    body: bytearray = dataclasses.field(default_factory=bytearray)
+    __slots__ = ("body", "headers", "status")
+
+    def __init__(self) -> None:
+        self.status: int | None = None
+        self.headers: Mapping[str, str] = _NO_HEADERS
+        self.body = bytearray()
 
 
-@functools.lru_cache(maxsize=4096)
-def _parsed(url: str) -> httpx.URL:
-    """Endpoint URLs parsed once: httpx's URL parser is a visible share of a delivery."""
-    return httpx.URL(url)
+def _inflater(encoding: str | None) -> zlib._Decompress | None:
+    if encoding is None:
+        return None
+    name = encoding.strip().lower()
+    if name in ("gzip", "x-gzip", "deflate"):
+        return zlib.decompressobj(32 + zlib.MAX_WBITS)  # zlib or gzip header, detected
+    return None
 
 
-async def _exchange(
-    transport: httpx.AsyncBaseTransport, request: httpx.Request, into: _Exchange, body_cap: int
-) -> None:
-    response = await transport.handle_async_request(request)
-    try:
-        into.status = response.status_code
-        into.headers = response.headers
-        if body_cap <= 0:
+async def _read_capped(content: aiohttp.StreamReader, inflater: zlib._Decompress | None,
+                       into: bytearray, cap: int) -> None:
+    while len(into) < cap:
+        chunk = await content.readany()
+        if not chunk:
             return
-        async for chunk in response.aiter_bytes():
-            into.body += chunk[: body_cap - len(into.body)]
-            if len(into.body) >= body_cap:
-                break
-    finally:
-        await response.aclose()
+        if inflater is None:
+            into += chunk[: cap - len(into)]
+            continue
+        try:
+            while chunk and len(into) < cap:
+                into += inflater.decompress(chunk, cap - len(into))
+                chunk = inflater.unconsumed_tail
+        except zlib.error as exc:
+            raise ContentDecodingError(f"cannot inflate the response body: {exc}") from None
 
 
-def _deadline_result(total_timeout: float, duration_ms: float) -> AttemptResult:
-    return AttemptResult(
-        verdict=Verdict.RETRY,
-        status_code=None,
-        duration_ms=duration_ms,
-        error_class="timeout",
-        error=f"total timeout after {total_timeout:.1f}s",
-        response_excerpt=None,
-        retry_after_seconds=None,
-    )
+class Deadlines:
+    """The total deadlines of a transport's exchanges in flight, kept by one ticker task.
+
+    :func:`send` registers its task and deadline before the exchange and settles it right
+    after (no ``await`` in between, so a cancel from here always lands inside the
+    exchange). While any is registered, the ticker wakes every :attr:`RESOLUTION` seconds
+    and cancels, once, each task past its deadline, marking it expired (the caller turns
+    that cancel back into a timeout, as ``asyncio.timeout`` does: ``Task.uncancel``).
+    A deadline therefore fires up to :attr:`RESOLUTION` late, never early. Per request
+    this is two dict operations where ``asyncio.timeout`` allocates a timer, pushes it
+    on the loop's heap and cancels it: measurably cheaper (issue 17).
+    """
+
+    RESOLUTION = 0.05
+
+    def __init__(self) -> None:
+        self._due: dict[asyncio.Task[Any], float] = {}
+        self._expired: set[asyncio.Task[Any]] = set()
+        self._earliest = math.inf
+        self._ticker: asyncio.Task[None] | None = None
+
+    def add(self, task: asyncio.Task[Any], deadline: float) -> None:
+        self._due[task] = deadline
+        self._earliest = min(self._earliest, deadline)
+        ticker = self._ticker
+        if ticker is None or ticker.get_loop() is not task.get_loop():  # (a new event loop)
+            self._ticker = task.get_loop().create_task(self._tick())
+
+    def settle(self, task: asyncio.Task[Any]) -> bool:
+        """Unregister ``task``; True if its deadline fired (its cancel is then undone)."""
+        self._due.pop(task, None)
+        if not self._expired or task not in self._expired:
+            return False
+        self._expired.discard(task)
+        task.uncancel()
+        return True
+
+    async def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while self._due:
+                await asyncio.sleep(self.RESOLUTION)
+                now = loop.time()
+                if now < self._earliest:
+                    continue
+                self._earliest = math.inf
+                for task, deadline in list(self._due.items()):
+                    if task.done():  # left unsettled (a BaseException went through)
+                        self._due.pop(task, None)
+                        self._expired.discard(task)
+                    elif deadline > now:
+                        self._earliest = min(self._earliest, deadline)
+                    elif task not in self._expired:
+                        self._expired.add(task)
+                        task.cancel()
+        finally:
+            if self._ticker is asyncio.current_task():
+                self._ticker = None
+
+    def close(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+
+
+class Transport:
+    """The worker's HTTP/1.1 keep-alive client for :func:`send`: an aiohttp session.
+
+    ``trust_env=False``: ``HTTP(S)_PROXY``, ``NO_PROXY`` and netrc are ignored, so no
+    environment setting can route a delivery around the SSRF guard, which is
+    ``resolver``: aiohttp connects to exactly the addresses it returns (no second DNS
+    lookup), and IP-literal hosts, which aiohttp never resolves, are checked before every
+    request (:meth:`GuardedResolver.check_literal`). Redirects are not followed, cookies
+    are neither kept nor sent (``DummyCookieJar``), and aiohttp does not decode content
+    encodings (:func:`send` does, under its cap). TLS uses aiohttp's default context (SNI
+    and certificate checks against the URL's host name), whose CA store is read when
+    aiohttp is imported: ``SSL_CERT_FILE`` names a bundle to trust instead (one with a
+    private CA, for internal receivers).
+
+    The session is made on first use, inside the running loop; ``async with`` (or
+    :meth:`aclose`) closes it and its connections.
+    """
+
+    def __init__(self, *, max_connections: int = 100,
+                 resolver: GuardedResolver | None = None) -> None:
+        self.max_connections = max_connections
+        self.resolver = resolver
+        self._session: aiohttp.ClientSession | None = None
+        self._urls: dict[str, URL] = {}
+        self.deadlines = Deadlines()
+
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            resolver = self.resolver
+            connector = aiohttp.TCPConnector(
+                limit=self.max_connections, limit_per_host=0, keepalive_timeout=30.0,
+                resolver=resolver, ttl_dns_cache=None if resolver is None else 0,
+                use_dns_cache=resolver is None,
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector, trust_env=False, auto_decompress=False,
+                cookie_jar=aiohttp.DummyCookieJar(),
+            )
+        return self._session
+
+    def target(self, url: str) -> URL:
+        """``url`` parsed (once per distinct URL), its host checked if it is an IP literal;
+        raises :class:`~outbox.ssrf.BlockedAddress` if that address is not allowed."""
+        parsed = self._urls.get(url)
+        if parsed is None:
+            if len(self._urls) >= 4096:
+                self._urls.clear()
+            parsed = self._urls[url] = URL(url)
+        if self.resolver is not None:
+            self.resolver.check_literal(parsed.raw_host or "")
+        return parsed
+
+    async def exchange(self, url: str, body: bytes, headers: Mapping[str, str],
+                       timeout: Timeouts, body_cap: int, into: _Exchange) -> None:
+        """One POST; the status, headers and at most ``body_cap`` decoded body bytes land
+        in ``into`` as they arrive (so a caller's deadline keeps what was read)."""
+        session = self.session()
+        async with session.request(
+            "POST", self.target(url), data=body, headers=headers, allow_redirects=False,
+            timeout=_client_timeout(timeout.connect, timeout.read),
+        ) as response:
+            into.status = response.status
+            into.headers = response.headers
+            if body_cap > 0:
+                inflater = _inflater(response.headers.get("content-encoding"))
+                await _read_capped(response.content, inflater, into.body, body_cap)
+
+    async def aclose(self) -> None:
+        self.deadlines.close()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> Transport:
+        self.session()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.aclose()
+
+
+def make_transport(*, max_connections: int = 100,
+                   resolver: GuardedResolver | None = None) -> Transport:
+    """The :class:`Transport` for :func:`send` (``resolver``: the SSRF guard, which
+    :func:`~outbox.delivery.runner.make_worker_transport` always sets)."""
+    return Transport(max_connections=max_connections, resolver=resolver)
 
 
 async def send(
-    transport: httpx.AsyncBaseTransport,
+    transport: Transport,
     url: str,
     body: bytes,
     headers: Mapping[str, str],
     *,
-    timeout: httpx.Timeout,
+    timeout: Timeouts,
     total_timeout: float,
     body_cap: int = DEFAULT_BODY_CAP,
 ) -> AttemptResult:
@@ -96,78 +293,26 @@ async def send(
     if not any(name.lower() == "accept-encoding" for name in headers):
         headers = {"accept-encoding": "identity", **headers}
     exchange = _Exchange()
-    deadline = asyncio.timeout(total_timeout)
-    failure: Exception | None = None
+    task = asyncio.current_task()
+    if task is None:
+        raise RuntimeError("send() must run in a task")
+    deadlines = transport.deadlines
+    failure: BaseException | None = None
     started = time.perf_counter()
+    deadlines.add(task, asyncio.get_running_loop().time() + total_timeout)
     try:
-        async with deadline:
-            request = httpx.Request("POST", _parsed(url), content=body, headers=headers,
-                                    extensions={"timeout": timeout.as_dict()})
-            await _exchange(transport, request, exchange, body_cap)
+        await transport.exchange(url, body, headers, timeout, body_cap, exchange)
+    except asyncio.CancelledError as exc:
+        failure = exc
     except Exception as exc:
         failure = exc
-    duration_ms = (time.perf_counter() - started) * 1000.0
-
-    if exchange.status is None:
-        if deadline.expired():
-            return _deadline_result(total_timeout, duration_ms)
-        return classify_exception(failure or RuntimeError("no response"), duration_ms)
-
-    excerpt = exchange.body.decode("utf-8", errors="replace") if exchange.body else None
-    result = classify_status(exchange.status, exchange.headers, excerpt, duration_ms)
-    if failure is None:
-        return result
-    cause = "total timeout" if deadline.expired() else type(failure).__name__
-    note = f"body not fully read: {cause}"
-    return dataclasses.replace(result, error=f"{result.error}; {note}" if result.error else note)
-
-
-class _LiteralGuard(httpx.AsyncBaseTransport):
-    """Refuses IP-literal hosts outside the allowlist before ``inner`` sees the request."""
-
-    def __init__(self, inner: httpx.AsyncBaseTransport, resolver: GuardedResolver) -> None:
-        self._inner = inner
-        self._resolver = resolver
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        await self._resolver.check_literal(request)
-        return await self._inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-def make_transport(
-    *, max_connections: int = 100, resolver: GuardedResolver | None = None
-) -> httpx.AsyncBaseTransport:
-    """The worker's HTTP/1.1 keep-alive transport for :func:`send`: an httpx transport over
-    aiohttp's connection pool.
-
-    :func:`send` hands it an ``httpx.Request`` and gets an ``httpx.Response``: the worker
-    speaks httpx (and respx mocks an ``httpx.AsyncHTTPTransport`` in the unit tests), but
-    skips ``httpx.AsyncClient``, whose per-request work (URL merging, cookie extraction,
-    auth and redirect machinery; none of which a webhook POST needs) cost a third of a
-    worker's CPU (bench/README.md). httpx's own pool costs about 5x aiohttp's per request.
-
-    ``trust_env=False``: ``HTTP(S)_PROXY``, ``NO_PROXY`` and netrc are ignored, so no
-    environment setting can route a delivery around the SSRF guard, which is
-    ``resolver``: aiohttp connects to exactly the addresses it returns (no second DNS
-    lookup), and IP-literal hosts, which aiohttp never resolves, are checked before every
-    request. There are no redirects and no cookies; httpx, not aiohttp, decodes content
-    encodings, so :func:`send`'s cap applies to decoded bytes. TLS uses aiohttp's default
-    context (SNI and certificate checks against the URL's host name), whose CA store is
-    read when aiohttp is imported: ``SSL_CERT_FILE`` names a bundle to trust instead (one
-    with a private CA, for internal receivers).
-    """
-
-    def session() -> aiohttp.ClientSession:
-        connector = aiohttp.TCPConnector(
-            limit=max_connections, limit_per_host=0, keepalive_timeout=30.0,
-            resolver=resolver, ttl_dns_cache=None if resolver is None else 0,
-            use_dns_cache=resolver is None,
-        )
-        return aiohttp.ClientSession(connector=connector, trust_env=False, auto_decompress=False,
-                                     cookie_jar=aiohttp.DummyCookieJar())
-
-    transport = AiohttpTransport(client=session, trust_env=False)
-    return transport if resolver is None else _LiteralGuard(transport, resolver)
+    finally:
+        expired = deadlines.settle(task)
+    if isinstance(failure, asyncio.CancelledError):
+        if not expired or task.cancelling():
+            raise failure  # cancelled from outside (too): that wins
+        failure = TimeoutError()
+    return classify_attempt(
+        exchange.status, exchange.headers, bytes(exchange.body) if exchange.body else b"",
+        failure, expired=expired, total_timeout=total_timeout,
+        duration_ms=(time.perf_counter() - started) * 1000.0)

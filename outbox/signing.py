@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import base64
 import functools
-import hashlib
 import hmac
 import math
 import secrets as _secrets
@@ -109,7 +108,9 @@ def _decoded(secret: str) -> bytes:
 
 
 def _digest(key: bytes, msg_id: str, timestamp: int, body: bytes) -> bytes:
-    return hmac.new(key, f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
+    # one-shot HMAC (OpenSSL's, when available): faster than hmac.new or copying a keyed
+    # hmac object per message
+    return hmac.digest(key, f"{msg_id}.{timestamp}.".encode() + body, "sha256")
 
 
 def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
@@ -129,7 +130,12 @@ def signature_header(secrets: Sequence[str], msg_id: str, timestamp: int, body: 
         raise TypeError("secrets must be a sequence of secrets, not a single str")
     if not secrets:
         raise InvalidEndpoint("at least one webhook secret is required to sign")
-    return " ".join(sign(secret, msg_id, timestamp, body) for secret in secrets)
+    if isinstance(timestamp, bool) or not isinstance(timestamp, int):
+        raise TypeError("timestamp must be integer unix seconds")
+    signed = f"{msg_id}.{timestamp}.".encode() + body  # once, whatever the number of secrets
+    return " ".join(
+        "v1," + base64.b64encode(hmac.digest(decode_secret(secret), signed, "sha256")).decode()
+        for secret in secrets)
 
 
 def webhook_headers(

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import importlib.metadata
+import re
 import signal
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -38,6 +40,25 @@ def _require(what: str, module: str) -> None:
         ) from None
 
 
+def _require_extra(what: str, extra: str = "worker") -> None:
+    """The packages of ``extra`` are installed (checked from this package's metadata,
+    without importing them; nothing is checked where that metadata is absent)."""
+    try:
+        requirements = importlib.metadata.requires("outbox") or []
+    except importlib.metadata.PackageNotFoundError:
+        return
+    marker = f'extra == "{extra}"'
+    for requirement in requirements:
+        name = re.split(r"[\s\[<>=!~;]", requirement, maxsplit=1)[0]
+        if marker in requirement and name != "outbox":
+            try:
+                importlib.metadata.distribution(name)
+            except importlib.metadata.PackageNotFoundError:
+                raise ConfigurationError(
+                    f"{what} needs the '{extra}' extra (missing {name}):"
+                    f" pip install 'outbox[{extra}]'") from None
+
+
 def worker_settings(overrides: Mapping[str, Any], what: str = "the worker") -> WorkerSettings:
     """Worker settings from the environment, with ``overrides`` (option values) on top."""
     _require(what, "outbox.delivery.settings")
@@ -50,15 +71,34 @@ def worker_settings(overrides: Mapping[str, Any], what: str = "the worker") -> W
 
 
 def run_worker(overrides: Mapping[str, Any], *, drain: bool, log_format: str | None,
-               log_level: str) -> dict[str, int]:
-    """Run one worker in this process until SIGTERM/SIGINT (or drained); its counters."""
-    _require("the worker", "outbox.delivery.runner")
-    from outbox.delivery import logs, runner
+               log_level: str, processes: int | None = 1) -> dict[str, int]:
+    """Run the worker until SIGTERM/SIGINT (or drained); its counters.
+
+    ``processes``: 1 runs it in this process; more (None: one per available CPU, see
+    :func:`outbox.delivery.supervisor.available_cpus`) runs that many worker processes
+    under a supervisor (:mod:`outbox.delivery.supervisor`), whose counters are their sums.
+    """
+    # not imported here: the supervisor of --processes N does not need it (its children
+    # start sooner), and a single worker imports it below
+    _require_extra("the worker")
+    _require("the worker", "outbox.delivery.supervisor")
+    from outbox.delivery import logs, supervised, supervisor
 
     settings = worker_settings(overrides)
-    logs.configure(log_format or settings.log_format, log_level)
-    return asyncio.run(runner.run_worker(settings, drain=drain,
-                                         signals=(signal.SIGTERM, signal.SIGINT)))
+    fmt = log_format or settings.log_format
+    logs.configure(fmt, log_level)
+    n = processes or supervisor.available_cpus()
+    if n > 1:  # the supervisor does not import the worker: its children start sooner
+        return supervisor.run(settings, n, overrides=overrides, drain=drain, log_format=fmt,
+                              log_level=log_level)
+    supervised.watch_parent()  # only when a supervisor started this process
+    _require("the worker", "outbox.delivery.runner")
+    from outbox.delivery import runner
+
+    stats = asyncio.run(runner.run_worker(settings, drain=drain,
+                                          signals=(signal.SIGTERM, signal.SIGINT)))
+    supervised.report_stats(stats)
+    return stats
 
 
 def demo_runner() -> Callable[[str, str, int], None]:

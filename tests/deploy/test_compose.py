@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from outbox import endpoints as ep
+from outbox.delivery.supervisor import KILL_AFTER_GRACE
 from outbox.signing import decode_secret
 from outbox.ssrf import parse_networks
 from tests.deploy.files import (
@@ -64,9 +65,12 @@ def test_compose_orders_migrate_before_workers() -> None:
         assert services[name]["depends_on"]["migrate"] == {
             "condition": "service_completed_successfully"}
     worker = services["worker"]
-    assert worker["deploy"]["replicas"] == 2
-    assert worker["command"] == ["worker"]
-    grace = configured_grace(worker["environment"])
+    assert "deploy" not in worker, "one container: its supervisor runs the processes"
+    assert worker["command"] == ["worker", "--processes", "2"]
+    from outbox.cli.worker import worker as command
+
+    assert command.make_context("worker", worker["command"][1:]).params["processes"] == 2
+    grace = configured_grace(worker["environment"]) + KILL_AFTER_GRACE
     assert duration_seconds(worker["stop_grace_period"]) >= grace + 5
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from outbox.delivery.supervisor import KILL_AFTER_GRACE
 from tests.deploy.files import (
     DEPLOY,
     check_settings,
@@ -53,7 +54,9 @@ def env_example() -> dict[str, str]:
 
 
 def test_systemd_unit_stops_after_the_worker_grace() -> None:
-    grace = configured_grace(env_example())
+    # the supervisor SIGKILLs a worker process KILL_AFTER_GRACE past the grace: systemd
+    # must not SIGKILL them all first
+    grace = configured_grace(env_example()) + KILL_AFTER_GRACE
     assert duration_seconds(unit_value("Service", "TimeoutStopSec")) >= grace + 5
     assert unit_value("Service", "KillSignal") == "SIGTERM"
     assert unit_value("Service", "KillMode") in ("mixed", "control-group")
@@ -62,7 +65,13 @@ def test_systemd_unit_stops_after_the_worker_grace() -> None:
 
 def test_systemd_unit_runs_the_worker_hardened() -> None:
     argv = shlex.split(unit_value("Service", "ExecStart"))
-    assert Path(argv[0]).name == "outbox" and argv[1:] == ["worker"]
+    assert Path(argv[0]).name == "outbox" and argv[1:] == ["worker", "--processes", "auto"]
+    from outbox.cli import load_commands
+    from outbox.cli.worker import worker
+
+    load_commands()
+    params = worker.make_context("worker", argv[2:]).params  # the options parse
+    assert params["processes"] is None  # auto: one per CPU
     assert unit_value("Service", "DynamicUser") == "yes"
     for key, value in (("NoNewPrivileges", "yes"), ("ProtectSystem", "strict"),
                        ("ProtectHome", "yes"), ("PrivateTmp", "yes"),

@@ -8,7 +8,7 @@ import httpx
 
 from outbox.delivery.outcome import AttemptResult, Verdict
 from outbox.delivery.pinning import GuardedResolver
-from outbox.delivery.sender import make_transport, send
+from outbox.delivery.sender import Transport, make_transport, send
 from outbox.receiver import Behaviour, Receiver
 from outbox.ssrf import parse_networks
 
@@ -16,7 +16,7 @@ TIMEOUT = httpx.Timeout(5.0, connect=2.0)
 BODY = b'{"type":"order.paid","data":{"id":1}}'
 
 
-async def _post(transport: httpx.AsyncBaseTransport, url: str, n: int = 1,
+async def _post(transport: Transport, url: str, n: int = 1,
                 headers: dict[str, str] | None = None) -> list[AttemptResult]:
     return [await send(transport, url, BODY, headers or {"webhook-id": f"msg_{i}"},
                        timeout=TIMEOUT, total_timeout=5.0) for i in range(n)]

@@ -33,7 +33,7 @@ import pytest
 from outbox import ssrf
 from outbox.delivery.outcome import AttemptResult, Verdict
 from outbox.delivery.runner import make_worker_transport
-from outbox.delivery.sender import send
+from outbox.delivery.sender import Transport, send
 from outbox.delivery.settings import WorkerSettings
 from outbox.ssrf import IPAddress
 
@@ -191,12 +191,12 @@ async def twins(answer: Answer | None = None) -> AsyncIterator[tuple[Server, Ser
 
 
 def worker_transport(allow: str = ALLOW, connect_timeout: float = 2.0
-                     ) -> httpx.AsyncBaseTransport:
+                     ) -> Transport:
     return make_worker_transport(WorkerSettings(allow_networks=allow,
                                                 connect_timeout_seconds=connect_timeout))
 
 
-async def post(transport: httpx.AsyncBaseTransport, url: str, *,
+async def post(transport: Transport, url: str, *,
                timeout: httpx.Timeout = TIMEOUT, total: float = 10.0) -> AttemptResult:
     headers = {"webhook-id": "msg_1", "content-type": "application/json"}
     return await asyncio.wait_for(
