@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from outbox.queries import WAKE_CHANNEL, WAKE_KEY
+from outbox.queries.operations import ORDERED_LOCK_ORDER
 
 # The claim: lease up to %(limit)s due deliveries, fairly across endpoints.
 #
@@ -69,6 +70,23 @@ from outbox.queries import WAKE_CHANNEL, WAKE_KEY
 # primary key (LATERAL ... LIMIT 1 cannot be flattened into a hash join). The update's
 # one-time condition on `share` makes the rotation's position advance on every claim,
 # even one that takes nothing through the ring.
+#
+# Ordered endpoints (issue 14; design in migrations/0005_ordered.sql): `fresh` takes the
+# oldest greatest(4 * limit, 100) 'fresh' deliveries (committed emits to ordered endpoints,
+# not yet placed), one descent of the partial index deliveries_fresh each (a keyset walk:
+# a plain ORDER BY id LIMIT n lets statistics that under- or overstate the fresh rows pick
+# a bitmap scan and a sort of every fresh row), and `placed` hands each
+# key's ids to ordered_place, keys in their advisory locks' order: a key without a head
+# gets its oldest queued delivery as head ('pending'), and the given rows become 'waiting'
+# (by primary key; the key's other fresh rows stay fresh for a later claim). A key whose
+# lock another transaction holds is passed over (a try lock), its rows stay fresh. What it
+# promotes is claimable from the next claim on (this statement's snapshot does not see it;
+# NEXT_DUE reports fresh rows as due, so an idle worker claims again at once). Its cost:
+# one descent of the empty partial index deliveries_fresh when nothing is fresh; else per
+# key one probe of deliveries_key_head and one of deliveries_queued_by_key, and an update
+# of the picked rows: O(limit) rows, never a key's backlog. 'fresh' and 'waiting' rows
+# are in neither claim index: a key's backlog behind its head (retrying, or dead) costs
+# the ring and the fill nothing.
 # Its columns are named after Job's fields (outbox.delivery.store.job_row matches them by
 # name and refuses a result that is not a Job); the secrets are opened in Python.
 _PENDING = "state = 'pending' AND visible_at < 'infinity'"  # deliveries_pending_by_endpoint
@@ -121,6 +139,21 @@ picked AS MATERIALIZED (
            LIMIT (SELECT k FROM share)
              FOR UPDATE SKIP LOCKED) p
      WHERE r.oldest <= now()),
+fresh (id, endpoint_id, key, n) AS (
+    (SELECT id, endpoint_id, key, 1 FROM {schema}.deliveries
+      WHERE state = 'fresh' ORDER BY id LIMIT 1)
+  UNION ALL
+    SELECT nxt.id, nxt.endpoint_id, nxt.key, f.n + 1
+      FROM fresh f
+     CROSS JOIN LATERAL (
+          SELECT id, endpoint_id, key FROM {schema}.deliveries
+           WHERE state = 'fresh' AND id > f.id ORDER BY id LIMIT 1) nxt
+     WHERE f.n < greatest(4 * %(limit)s, 100)),
+placed AS MATERIALIZED (
+    SELECT {schema}.ordered_place(f.endpoint_id, f.key, f.ids) AS promoted
+      FROM (SELECT endpoint_id, key, array_agg(id ORDER BY id) AS ids FROM fresh
+             GROUP BY endpoint_id, key) f
+     ORDER BY LOCK_ORDER_F),
 fill AS MATERIALIZED (
     SELECT id FROM {schema}.deliveries
      WHERE state = 'pending' AND visible_at <= now()
@@ -134,7 +167,7 @@ claimed AS (
            attempts = d.attempts + 1,
            lease_token = %(token)s
      WHERE d.id = ANY (ARRAY(SELECT id FROM picked UNION ALL SELECT id FROM fill))
-       AND (SELECT after IS NOT NULL FROM share)
+       AND (SELECT after IS NOT NULL FROM share) AND (SELECT count(*) FROM placed) >= 0
     RETURNING d.id, d.event_id, d.endpoint_id, d.attempts, d.lease_token)
 SELECT c.id AS delivery_id, c.attempts AS attempt, c.lease_token AS token, c.event_id,
        ev.type AS event_type, ev.payload::text AS payload, ev.created_at AS emitted_at,
@@ -148,7 +181,8 @@ SELECT c.id AS delivery_id, c.attempts AS attempt, c.lease_token AS token, c.eve
                        WHERE e.id = c.event_id LIMIT 1) ev
   CROSS JOIN LATERAL (SELECT * FROM {schema}.endpoints p
                        WHERE p.id = c.endpoint_id LIMIT 1) ep
-""".replace("PENDING", _PENDING).replace("LAST_UUID", _LAST_UUID)
+""".replace("PENDING", _PENDING).replace("LAST_UUID", _LAST_UUID).replace(
+    "LOCK_ORDER_F", ORDERED_LOCK_ORDER.format(ep="f.endpoint_id", key="f.key"))
 
 # Record many attempts in one statement. Fenced: a row is updated only while it still
 # carries the lease token of the claim that sent it, so a late result after a re-claim
@@ -180,7 +214,26 @@ upd AS (
        -- (no "state = 'pending'": a token is set only by a claim of a pending row and
        -- cleared by every completion and replay, and naming the state would invite the
        -- planner to walk the whole partial due index instead of the primary key)
-    RETURNING d.id),
+    RETURNING d.id, d.endpoint_id, d.key, d.state),
+-- A delivered head of an ordered endpoint's key hands the key on: its key's oldest queued
+-- delivery becomes 'pending', in this same transaction (ordered_next, in
+-- migrations/0005_ordered.sql: under the key's advisory lock, on a snapshot taken after it,
+-- so a delivery that its emitter committed while this statement ran is not missed). Keys
+-- in their locks' order (ORDERED_LOCK_ORDER: keys whose hashes collide share a lock), so
+-- two statements never wait for each other's keys crosswise.
+-- A dead head keeps its key.
+advanced AS MATERIALIZED (
+    SELECT {schema}.ordered_next(a.endpoint_id, a.key) AS promoted
+      FROM (SELECT DISTINCT endpoint_id, key FROM upd
+             WHERE key IS NOT NULL AND state = 'delivered') a
+     ORDER BY """ + ORDERED_LOCK_ORDER.format(ep="a.endpoint_id", key="a.key") + """),
+-- A promoted delivery is due now: wake an idle worker as emit does (outbox.queries.emit's
+-- wake-up: a NOTIFY only while some worker is idle, else a shared lock an arming worker
+-- waits for), else a key's next delivery would wait for the idle worker's fallback poll.
+woken AS MATERIALIZED (
+    SELECT pg_notify(""" + WAKE_CHANNEL + """, '')
+      FROM (SELECT 1 FROM advanced WHERE promoted IS NOT NULL LIMIT 1) p
+     WHERE NOT pg_try_advisory_xact_lock_shared(""" + WAKE_KEY + """)),
 gone AS (
     UPDATE {schema}.endpoints
        SET enabled = false, disabled_reason = 'receiver answered 410 Gone', updated_at = now()
@@ -194,12 +247,23 @@ log AS (
       FROM r LEFT JOIN upd ON upd.id = r.id
      WHERE r.refund = 0)
 SELECT count(*) FROM upd
+ WHERE (SELECT count(*) FROM advanced) >= 0 AND (SELECT count(*) FROM woken) >= 0
 """
 
-# Is anything due now? (drain mode's exit test)
+# Is anything due now? (drain mode's exit test) Ordered endpoints: fresh rows (not yet
+# placed by a claim) count, the next claim places them; so does a leased head with
+# deliveries queued behind it: its completion makes the next one due (a drain must not
+# stop between the two, e.g. while that completion is still being recorded). The heads
+# are read through deliveries_key_head: the cost follows the ordered keys in progress.
 ANY_DUE = """
 SELECT EXISTS (SELECT 1 FROM {schema}.deliveries
                 WHERE state = 'pending' AND visible_at <= now())
+    OR EXISTS (SELECT 1 FROM {schema}.deliveries WHERE state = 'fresh')
+    OR EXISTS (SELECT 1 FROM {schema}.deliveries h
+                WHERE h.key IS NOT NULL AND h.state = 'pending' AND h.lease_token IS NOT NULL
+                  AND EXISTS (SELECT 1 FROM {schema}.deliveries w
+                               WHERE w.endpoint_id = h.endpoint_id AND w.key = h.key
+                                 AND w.state IN ('fresh', 'waiting')))
 """
 
 # Circuit breaker opened: push the endpoint's pending rows past the cooldown so that no
@@ -209,6 +273,44 @@ UPDATE {schema}.deliveries
    SET visible_at = now() + make_interval(secs => %(seconds)s)
  WHERE endpoint_id = %(endpoint)s AND state = 'pending'
    AND visible_at < now() + make_interval(secs => %(seconds)s)
+"""
+
+# Repair of ordered keys left with queued deliveries and no head (nothing delivers or
+# promotes them: a worker older than 0005 completing a head during a rolling deploy, a
+# manual UPDATE): the worker's periodic pass (retention_task.repair_loop). A skip scan over
+# deliveries_queued_by_key visits up to %(keys)s distinct (endpoint, key) after the
+# position (%(after_endpoint)s, %(after_key)s; NULL: from the start), one index descent
+# each; for those with no head (one probe of deliveries_key_head) ordered_advance gives
+# them one, under the key's lock and re-checked there, keys in lock order. Returns the
+# keys visited, the last one (the next pass's position; NULL when the scan reached the
+# end) and how many heads it made. Cost: bounded by %(keys)s, never the backlog.
+REPAIR_HEADLESS = """
+WITH RECURSIVE queued (endpoint_id, key, n) AS (
+    (SELECT endpoint_id, key, 1 FROM {schema}.deliveries
+      WHERE state IN ('fresh', 'waiting')
+        AND (%(after_endpoint)s::uuid IS NULL
+             OR (endpoint_id, key) > (%(after_endpoint)s::uuid, %(after_key)s::text))
+      ORDER BY endpoint_id, key, id LIMIT 1)
+  UNION ALL
+    SELECT nxt.endpoint_id, nxt.key, q.n + 1
+      FROM queued q
+     CROSS JOIN LATERAL (
+          SELECT endpoint_id, key FROM {schema}.deliveries
+           WHERE state IN ('fresh', 'waiting') AND (endpoint_id, key) > (q.endpoint_id, q.key)
+           ORDER BY endpoint_id, key, id LIMIT 1) nxt
+     WHERE q.n < %(keys)s),
+visited AS MATERIALIZED (SELECT * FROM queued),
+repaired AS MATERIALIZED (
+    SELECT {schema}.ordered_advance(v.endpoint_id, v.key) AS promoted
+      FROM visited v
+     WHERE NOT EXISTS (SELECT 1 FROM {schema}.deliveries h
+                        WHERE h.endpoint_id = v.endpoint_id AND h.key = v.key
+                          AND h.key IS NOT NULL AND h.state IN ('pending', 'dead'))
+     ORDER BY """ + ORDERED_LOCK_ORDER.format(ep="v.endpoint_id", key="v.key") + """)
+SELECT (SELECT count(*) FROM visited) AS visited,
+       (SELECT endpoint_id FROM visited WHERE n = %(keys)s) AS last_endpoint,
+       (SELECT key FROM visited WHERE n = %(keys)s) AS last_key,
+       (SELECT count(promoted) FROM repaired) AS promoted
 """
 
 # One pruner at a time per schema across all workers (session lock, released after).
@@ -226,7 +328,23 @@ VACUUM_QUEUE = "VACUUM (ANALYZE) {schema}.deliveries, {schema}.delivery_attempts
 # tenant): counted over the oldest 10,000 due rows only, so the gauge's own cost (a
 # primary-key lookup of each row's event) stays bounded however large the backlog grows;
 # a tenant that dominates the head of the queue is what it is there to show.
+# Ordered endpoints: keys held back by a dead head (the head is dead and still holds its
+# key: replay or `outbox dead skip` releases it), and the deliveries queued behind them;
+# the worker's outbox_blocked_keys / outbox_blocked_deliveries gauges (in BACKLOG). Reads
+# the dead heads through the partial unique index deliveries_key_head and counts each one's
+# queue through deliveries_queued_by_key: its cost follows the blocked backlog, never the
+# history.
+BLOCKED_BODY = """
+SELECT count(*) AS keys, COALESCE(sum(q.n), 0)::bigint AS deliveries
+  FROM {schema}.deliveries h
+ CROSS JOIN LATERAL (SELECT count(*) AS n FROM {schema}.deliveries w
+                      WHERE w.endpoint_id = h.endpoint_id AND w.key = h.key
+                        AND w.state IN ('fresh', 'waiting')) q
+ WHERE h.key IS NOT NULL AND h.state = 'dead'
+"""
+
 BACKLOG = """
+WITH blocked AS (""" + BLOCKED_BODY + """)
 SELECT count(*) AS due,
        COALESCE(EXTRACT(EPOCH FROM now() - min(visible_at)), 0)::float8 AS oldest_seconds,
        (SELECT COALESCE(max(n), 0) FROM (
@@ -236,7 +354,9 @@ SELECT count(*) AS due,
                      ORDER BY visible_at LIMIT 10000) head
              CROSS JOIN LATERAL (SELECT tenant FROM {schema}.events e
                                   WHERE e.id = head.event_id LIMIT 1) ev
-             GROUP BY ev.tenant) per_tenant) AS largest_tenant
+             GROUP BY ev.tenant) per_tenant) AS largest_tenant,
+       (SELECT keys FROM blocked) AS blocked_keys,
+       (SELECT deliveries FROM blocked) AS blocked_deliveries
   FROM {schema}.deliveries
  WHERE state = 'pending' AND visible_at <= now()
 """
@@ -276,9 +396,18 @@ WAKE_DISARM = "SELECT pg_advisory_unlock_all()"
 # and emitters, seeing no sentinel, would not NOTIFY). One NOTIFY per hand-over.
 WAKE_HANDOVER = "SELECT pg_notify(" + WAKE_CHANNEL + ", '')"
 # Seconds until the earliest pending delivery comes due (a retry, a lease, a breaker's
-# pause), negative if one is due now, NULL if none: one descent of deliveries_due.
+# pause), negative if one is due now, NULL if none: one descent of deliveries_due (and
+# one of deliveries_fresh: a fresh row is due now, the next claim places it).
 NEXT_DUE = """
-SELECT EXTRACT(EPOCH FROM visible_at - now())::float8 FROM {schema}.deliveries
- WHERE state = 'pending' AND visible_at < 'infinity'
- ORDER BY visible_at LIMIT 1
+SELECT CASE WHEN EXISTS (SELECT 1 FROM {schema}.deliveries WHERE state = 'fresh')
+            THEN -1::float8
+            ELSE (SELECT EXTRACT(EPOCH FROM visible_at - now())::float8
+                    FROM {schema}.deliveries
+                   WHERE state = 'pending' AND visible_at < 'infinity'
+                   ORDER BY visible_at LIMIT 1) END
 """
+
+# Keys held back by a dead head, and the deliveries queued behind them (BACKLOG's
+# blocked_keys / blocked_deliveries; BLOCKED_BODY, above).
+BLOCKED = BLOCKED_BODY
+

@@ -1,4 +1,5 @@
-"""The worker's periodic pruning: :func:`outbox.retention.prune` on a timer.
+"""The worker's periodic pruning: :func:`outbox.retention.prune` on a timer, and the
+repair pass of ordered keys left without a head (:func:`repair_once`).
 
 Guarantees: at most one worker prunes a schema at a time (a session advisory lock, skipped
 if taken, released when done or when the connection drops); each batch is its own short
@@ -13,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import psycopg
 from psycopg.rows import scalar_row
@@ -64,8 +67,40 @@ def _vacuum_if_no_autovacuum(conn: psycopg.Connection[tuple[object, ...]], schem
         conn.execute(render(queries.VACUUM_QUEUE, schema))
 
 
+REPAIR_KEYS = 1000
+"""Ordered keys visited per repair pass (one index descent each)."""
+
+
+@dataclass
+class RepairPosition:
+    """Where the next repair pass starts: after this (endpoint, key); None: the start."""
+
+    endpoint: uuid.UUID | None = None
+    key: str | None = None
+
+
+def repair_once(settings: WorkerSettings, position: RepairPosition,
+                keys: int = REPAIR_KEYS) -> int:
+    """One bounded pass over ordered keys with queued deliveries (up to ``keys`` of them,
+    from ``position``, which moves on; it wraps around at the end): each one without a
+    head gets one (queries.REPAIR_HEADLESS), so a key left headless by a worker older than
+    migration 0005 or by hand is delivered again. Returns how many heads it made. Safe
+    beside running workers (each key is re-checked under its lock), one short transaction.
+    """
+    with psycopg.connect(settings.database_url, autocommit=True, connect_timeout=5) as conn:
+        conn.execute("SET default_transaction_isolation = 'read committed'")
+        row = conn.execute(render(queries.REPAIR_HEADLESS, settings.schema_name),
+                           {"keys": keys, "after_endpoint": position.endpoint,
+                            "after_key": position.key}).fetchone()
+    assert row is not None
+    _visited, position.endpoint, position.key, promoted = row
+    return int(promoted)
+
+
 async def prune_loop(settings: WorkerSettings, stopped: asyncio.Event) -> None:
-    """Every ``prune_interval_seconds`` until ``stopped``, the first run one interval in."""
+    """Every ``prune_interval_seconds`` until ``stopped``, the first run one interval in:
+    prune (unless ``retention_seconds`` is 0), then one ordered-key repair pass."""
+    position = RepairPosition()
     while not stopped.is_set():
         try:
             async with asyncio.timeout(settings.prune_interval_seconds):
@@ -73,11 +108,28 @@ async def prune_loop(settings: WorkerSettings, stopped: asyncio.Event) -> None:
             return
         except TimeoutError:
             pass
+        if settings.retention_seconds:
+            await _prune(settings, stopped)
         try:
-            result = await asyncio.to_thread(prune_once, settings, stopped.is_set)
+            made = await asyncio.to_thread(repair_once, settings, position)
         except (OutboxError, psycopg.Error) as exc:
-            log.warning("prune failed: %s", str(exc).splitlines()[0] if str(exc) else exc)
+            log.warning("ordered key repair failed: %s", _first_line(exc))
             continue
-        if result is not None and (result.deliveries or result.events):
-            log.info("pruned", extra={"deliveries": result.deliveries,
-                                      "attempts": result.attempts, "events": result.events})
+        if made:
+            log.warning("gave %d ordered key(s) without a head their next delivery (a worker"
+                        " older than migration 0005, or a manual change)", made)
+
+
+async def _prune(settings: WorkerSettings, stopped: asyncio.Event) -> None:
+    try:
+        result = await asyncio.to_thread(prune_once, settings, stopped.is_set)
+    except (OutboxError, psycopg.Error) as exc:
+        log.warning("prune failed: %s", _first_line(exc))
+        return
+    if result is not None and (result.deliveries or result.events):
+        log.info("pruned", extra={"deliveries": result.deliveries,
+                                  "attempts": result.attempts, "events": result.events})
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -35,12 +35,15 @@ assert _JOB_FIELDS[_SECRET + 1] == "previous_secret"
 
 
 class Backlog(NamedTuple):
-    """Due deliveries, the age in seconds of the oldest, and the due deliveries of the
-    tenant with the most among the oldest 10,000 -- the alerting numbers."""
+    """Due deliveries, the age in seconds of the oldest, the due deliveries of the tenant
+    with the most among the oldest 10,000, and the ordered keys a dead head blocks with the
+    deliveries queued behind them -- the alerting numbers."""
 
     due: int
     oldest_seconds: float
     largest_tenant: int
+    blocked_keys: int = 0
+    blocked_deliveries: int = 0
 
 
 _BACKLOG_ROW = class_row(Backlog)
@@ -85,6 +88,16 @@ def _job_picker(names: list[str]) -> Callable[[Sequence[Any]], Any]:
     return itemgetter(*(names.index(f) for f in _JOB_FIELDS))
 
 
+async def _read_committed(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Pin READ COMMITTED on a new pool connection, whatever the server's, database's or
+    role's default_transaction_isolation: the claim and the completion of ordered
+    endpoints depend on it (migrations/0005_ordered.sql; the functions refuse to run under
+    another level). Each statement is its own autocommit transaction, so the session's
+    default is what applies. Behind a transaction-mode pooler a session setting may not
+    stick: the functions then fail with a clear error instead of misordering."""
+    await conn.execute("SET default_transaction_isolation = 'read committed'")
+
+
 def _first_line(exc: BaseException | None) -> str:
     text = str(exc).strip() if exc else ""
     return text.splitlines()[0] if text else type(exc).__name__
@@ -108,6 +121,7 @@ class Store:
             # _retrying retries on a fresh connection; the pool drops the broken one.
             timeout=2.0,
             reconnect_timeout=365 * 86400.0,
+            configure=_read_committed,
         )
         self.stopping: Callable[[], bool] = lambda: False
         self.on_error: Callable[[], None] = lambda: None
@@ -123,7 +137,33 @@ class Store:
         await self.pool.close()
 
     async def _retrying(self, op: Callable[[], Awaitable[T]]) -> T:
-        """Run ``op``, retrying connection failures until it succeeds or the worker stops."""
+        """Run ``op``, retrying connection failures until it succeeds or the worker stops.
+
+        The first try runs bare (no retry machinery on the hot path); a connection
+        failure hands over to :meth:`_backing_off` as that machinery's first attempt."""
+        try:
+            result = await op()
+        except psycopg.OperationalError as exc:
+            if self.stopping():
+                raise
+            return await self._backing_off(op, exc)
+        except psycopg.Error:
+            with translated():  # e.g. SchemaMissing: fatal, with a one-line reason
+                raise
+        self.healthy = True
+        return result
+
+    async def _backing_off(self, op: Callable[[], Awaitable[T]],
+                           first_failure: psycopg.OperationalError) -> T:
+        """:meth:`_retrying` after ``first_failure``: logged and waited out with jittered
+        exponential backoff, then ``op`` again, until it succeeds or the worker stops."""
+        failures = [first_failure]
+
+        async def attempt() -> T:
+            if failures:
+                raise failures.pop()
+            return await op()
+
         retryer = tenacity.AsyncRetrying(
             retry=tenacity.retry_if_exception(
                 lambda e: isinstance(e, psycopg.OperationalError) and not self.stopping()
@@ -133,7 +173,7 @@ class Store:
             reraise=True,
         )
         try:
-            result: T = await retryer(op)
+            result: T = await retryer(attempt)
             self.healthy = True
             return result
         except psycopg.OperationalError:

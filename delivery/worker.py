@@ -30,7 +30,6 @@ import logging
 import time
 import uuid
 
-import httpx
 import psycopg
 
 from outbox.delivery.fairness import EndpointGate, HeldJobs
@@ -40,6 +39,7 @@ from outbox.delivery.outcome import Verdict
 from outbox.delivery.policy import decide, defer, park
 from outbox.delivery.request import send_job
 from outbox.delivery.retention_task import prune_loop
+from outbox.delivery.sender import Transport
 from outbox.delivery.settings import WorkerSettings
 from outbox.delivery.store import Store
 from outbox.delivery.wakeup import BUSY_POLL_SECONDS, Waker
@@ -52,7 +52,7 @@ FLUSH_MAX = 500
 class Worker:
     """One process's delivery loop. Create, then ``await run()``; ``stop()`` ends it."""
 
-    def __init__(self, settings: WorkerSettings, transport: httpx.AsyncBaseTransport,
+    def __init__(self, settings: WorkerSettings, transport: Transport,
                  store: Store | None = None) -> None:
         self.settings = settings
         self.transport = transport
@@ -69,6 +69,7 @@ class Worker:
         self._deferred_at = -1e9
         self._held = HeldJobs(settings)
         self._done: list[Completion] = []
+        self._flushing = False  # a batch taken off _done is being written
         self._have_done = asyncio.Event()
         self._wake = asyncio.Event()
         self.waker = Waker(settings, self._wake.set) if settings.wakeup == "notify" else None
@@ -95,7 +96,7 @@ class Worker:
         flusher = asyncio.create_task(self._flush_loop(), name="outbox-flush")
         gauges = asyncio.create_task(self._backlog_loop(), name="outbox-backlog")
         pruner = None
-        if self.settings.retention_seconds and not drain:
+        if not drain:  # prunes unless retention_seconds is 0; repairs ordered keys
             pruner = asyncio.create_task(prune_loop(self.settings, self._stopped))
         listener = None
         if self.waker is not None and not drain:
@@ -124,6 +125,8 @@ class Worker:
                 self.metrics.due_backlog.set(backlog.due)
                 self.metrics.oldest_due_age.set(backlog.oldest_seconds)
                 self.metrics.largest_tenant_backlog.set(backlog.largest_tenant)
+                self.metrics.blocked_keys.set(backlog.blocked_keys)
+                self.metrics.blocked_deliveries.set(backlog.blocked_deliveries)
             await asyncio.sleep(self.settings.backlog_interval_seconds)
 
     async def _claim_loop(self, drain: bool) -> None:
@@ -159,8 +162,9 @@ class Worker:
             await self._pause(found=bool(jobs), drain=drain)
 
     async def _drained(self) -> bool:
-        """Nothing in flight, nothing to record, nothing handed back just now, nothing due."""
-        busy = self._inflight or self._held or self._done
+        """Nothing in flight, nothing to record or being recorded (a completion may make the
+        next delivery of an ordered key due), nothing handed back just now, nothing due."""
+        busy = self._inflight or self._held or self._done or self._flushing
         if busy or time.monotonic() - self._deferred_at < 2.0:
             return False
         return not await self.store.any_due()
@@ -280,6 +284,7 @@ class Worker:
             self._have_done.clear()
             while self._done:
                 batch, self._done = self._done[:FLUSH_MAX], self._done[FLUSH_MAX:]
+                self._flushing = True
                 try:
                     applied = await self.store.complete(batch)
                 except Exception:
@@ -288,6 +293,8 @@ class Worker:
                     log.exception("could not record %d results while stopping: they will be"
                                   " delivered again after their lease", len(batch))
                     continue
+                finally:
+                    self._flushing = False
                 self._count(batch, applied)
                 if self.waker and any(c.state == "pending" and c.delay < float("inf")
                                       for c in batch):

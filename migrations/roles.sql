@@ -16,8 +16,9 @@ GRANT USAGE ON SCHEMA :"schema" TO :"app_role", :"worker_role";
 
 -- app
 GRANT INSERT ON :"schema".events, :"schema".deliveries TO :"app_role";
-GRANT SELECT (id, type, tenant, idempotency_key) ON :"schema".events TO :"app_role";
-GRANT SELECT (id, tenant, all_tenants, enabled, event_types) ON :"schema".endpoints TO :"app_role";
+GRANT SELECT (id, type, tenant, key, idempotency_key) ON :"schema".events TO :"app_role";
+GRANT SELECT (id, tenant, all_tenants, enabled, event_types, ordered) ON :"schema".endpoints
+    TO :"app_role";
 
 -- worker
 GRANT SELECT, UPDATE, DELETE ON :"schema".deliveries TO :"worker_role";
@@ -25,3 +26,11 @@ GRANT SELECT, DELETE ON :"schema".events TO :"worker_role";
 GRANT SELECT ON :"schema".endpoints TO :"worker_role";
 GRANT UPDATE (enabled, disabled_reason, updated_at) ON :"schema".endpoints TO :"worker_role";
 GRANT SELECT, INSERT, DELETE ON :"schema".delivery_attempts TO :"worker_role";
+-- ordered endpoints: the claim places fresh deliveries, the completion promotes the next
+-- (migrations/0005_ordered.sql)
+-- (the claim calls ordered_place, repair and `dead skip` ordered_advance; both call the
+-- two helpers, which run with the caller's rights too)
+GRANT EXECUTE ON FUNCTION :"schema".ordered_place(uuid, text, bigint[]),
+    :"schema".ordered_advance(uuid, text), :"schema".ordered_next(uuid, text),
+    :"schema".ordered_promote_if_headless(uuid, text),
+    :"schema".ordered_check_isolation() TO :"worker_role";

@@ -16,6 +16,9 @@ event. Guarantees of :func:`replay`:
   ``replayed``, by ``actor``) recording what it had died of.
 - **Refusals change nothing.** Unknown ids raise :class:`DeliveryNotFound`; dead rows of a
   disabled endpoint raise :class:`OperationRefused` unless ``enable_endpoints``.
+- **Ordered endpoints.** A dead delivery that still holds its key blocks the key: the
+  key's later deliveries wait. Replaying it puts it back at the head of its key, so the
+  key resumes in order; :func:`skip` releases the key without it instead.
 - **Tenant scoping.** A :class:`Selection` with ``tenant`` picks only deliveries of that
   tenant's *events* (whichever endpoint, an all-tenants one included), in the listing, the
   plan and inside every batch of the replay: another tenant's rows are never read into a
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -38,7 +41,8 @@ from outbox import endpoints as ep
 from outbox import queries
 from outbox.db import render, translated
 from outbox.errors import DeliveryNotFound, OperationRefused
-from outbox.event import check_tenant
+from outbox.event import check_tenant, check_type
+from outbox.queries import operations as opq
 
 Progress = Callable[[int, int], None]
 """Called after each committed batch with (rows examined so far, rows selected in all)."""
@@ -50,7 +54,7 @@ class Selection:
 
     ``since`` (inclusive) and ``until`` (exclusive) bound ``finished_at``, when it died.
     ``tenant``: only deliveries of that tenant's events (None: every tenant). A malformed
-    tenant id raises :class:`~outbox.errors.InvalidEvent` here, before any SQL.
+    tenant id or event type raises :class:`~outbox.errors.InvalidEvent` here, before any SQL.
     """
 
     ids: tuple[int, ...] = ()
@@ -62,6 +66,8 @@ class Selection:
 
     def __post_init__(self) -> None:
         check_tenant(self.tenant)
+        if self.event_type is not None:
+            check_type(self.event_type)  # the grammar emit enforces: no NUL, no surrogate
 
     def params(self) -> dict[str, Any]:
         return {
@@ -123,6 +129,8 @@ class DeliveryDetail:
     emitted_at: dt.datetime | None
     endpoint_url: str | None
     endpoint_enabled: bool
+    blocking: bool  # a dead head of an ordered endpoint's key: its key waits for it
+    held_back: int  # deliveries of its key queued behind it (ordered endpoints; else 0)
     log: list[Attempt] = field(default_factory=list)
 
 
@@ -225,8 +233,11 @@ def plan_replay(
             missing = sorted(set(selection.ids) - set(ids.fetchall()))
         if missing:
             raise DeliveryNotFound("no delivery " + ", ".join(map(str, missing)))
+    # a tenant alone: per endpoint that can carry its events, not every tenant's dead rows
+    summary = (opq.DEAD_SUMMARY_TENANT if selection.tenant is not None and not selection.ids
+               else queries.DEAD_SUMMARY)
     with translated(), conn.cursor(row_factory=class_row(EndpointShare)) as shares:
-        shares.execute(render(queries.DEAD_SUMMARY, schema), selection.params(), prepare=False)
+        shares.execute(render(summary, schema), selection.params(), prepare=False)
         return ReplayPlan(shares.fetchall())
 
 
@@ -304,3 +315,83 @@ def replay(
         if progress is not None:
             progress(examined, max(plan.total, examined))
     return ReplayResult(replayed, examined - replayed, batches, enabled)
+
+
+@dataclass(frozen=True, slots=True)
+class _SkipCheck:
+    id: int
+    state: str
+    holds_key: bool
+    tenant: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Skipped:
+    id: int
+    state: str
+    skipped: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SkipResult:
+    """``skipped``: dead heads that released their key now; ``unchanged``: ids that held no
+    key when their turn came (skipped before, or never ordered): nothing done."""
+
+    skipped: list[int]
+    unchanged: list[int]
+
+
+def skip(conn: psycopg.Connection[Any], ids: Sequence[int | str], *, schema: str,
+         tenant: str | None = None, actor: str = "outbox dead skip") -> SkipResult:
+    """Release the keys held by these dead deliveries of ordered endpoints, without them.
+
+    Each one stays dead (a later replay sends it unordered: its key is gone) and its
+    attempt log records the skip (attempt 0, outcome ``skipped``, by ``actor``); the next
+    delivery of its key becomes due in the same transaction, so the key goes on in order
+    without it. Idempotent: an id that no longer holds a key is left alone and reported in
+    ``unchanged``; safe beside workers and replays (rows are locked and re-checked).
+
+    Refusals change nothing: an unknown id, or one of another tenant's events under
+    ``tenant``, raises :class:`DeliveryNotFound`; a delivery that is not dead raises
+    :class:`OperationRefused`. Runs in the caller's transaction if one is open (it must be
+    READ COMMITTED: another level raises :class:`OperationRefused`), else in its own, READ
+    COMMITTED whatever the connection's default.
+    """
+    check_tenant(tenant)
+    wanted = sorted({parse_delivery_id(i) for i in ids})
+    if not wanted:
+        raise DeliveryNotFound("no delivery id given")
+    own = conn.info.transaction_status == TransactionStatus.IDLE
+    with translated(), conn.transaction(), conn.cursor(row_factory=class_row(_SkipCheck)) as cur:
+        _read_committed(conn, own)
+        cur.execute(render(queries.DEAD_SKIP_CHECK, schema), (wanted,))
+        found = {r.id: r for r in cur.fetchall() if tenant is None or r.tenant == tenant}
+        missing = [i for i in wanted if i not in found]
+        if missing:
+            scope = f" of tenant {tenant!r}" if tenant is not None else ""
+            raise DeliveryNotFound(f"no delivery {', '.join(map(str, missing))}{scope}")
+        alive = [i for i in wanted if found[i].state != "dead"]
+        if alive:
+            raise OperationRefused(
+                f"not dead: {', '.join(f'{i} ({found[i].state})' for i in alive)}; only a"
+                " dead delivery can be skipped")
+        with conn.cursor(row_factory=class_row(_Skipped)) as done:
+            done.execute(render(queries.DEAD_SKIP, schema), {"ids": wanted, "actor": actor})
+            rows = done.fetchall()
+    return SkipResult([r.id for r in rows if r.skipped], [r.id for r in rows if not r.skipped])
+
+
+def _read_committed(conn: psycopg.Connection[Any], own: bool) -> None:
+    """Make skip's transaction READ COMMITTED (``own``: it is skip's own, just begun), or
+    refuse the caller's if it is not: the key's next delivery is promoted under the key's
+    lock on a snapshot taken after it (migrations/0005_ordered.sql), which an older
+    REPEATABLE READ or SERIALIZABLE snapshot would not see."""
+    if own:
+        conn.execute(opq.READ_COMMITTED)
+        return
+    level = conn.execute(opq.TRANSACTION_ISOLATION).fetchone()
+    if level is None or level[0] != "read committed":
+        raise OperationRefused(
+            f"dead skip must run in a READ COMMITTED transaction, not {level and level[0]}:"
+            " commit or roll back first (skip then runs in its own), or begin one with"
+            " ISOLATION LEVEL READ COMMITTED")

@@ -61,6 +61,7 @@ class Endpoint:
     retry_cap_seconds: float | None
     timeout_seconds: float | None
     max_in_flight: int | None
+    ordered: bool  # deliveries of events sharing a key go one at a time, in order
     previous_secret_expires_at: dt.datetime | None
     created_at: dt.datetime
     updated_at: dt.datetime
@@ -121,6 +122,25 @@ def validate_url(url: str) -> str:
     return url
 
 
+def validate_text(name: str, value: str | None, *, max_length: int = 1000) -> str | None:
+    """``value`` (a description, a disable reason) if it is text PostgreSQL can store and
+    a terminal can show: no NUL or other control character (tab and newlines allowed), no
+    lone surrogate, at most ``max_length`` characters; else :class:`InvalidEndpoint`."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidEndpoint(f"{name} must be a string")
+    if len(value) > max_length:
+        raise InvalidEndpoint(f"{name} is {len(value)} characters, over {max_length}")
+    if any((ord(c) < 32 and c not in "\t\n\r") or 127 <= ord(c) < 160 for c in value):
+        raise InvalidEndpoint(f"{name} contains a control character (NUL, ESC...)")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidEndpoint(f"{name} holds a lone surrogate (not valid UTF-8)") from None
+    return value
+
+
 def validate_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
     """Custom headers sent with every delivery; reserved and malformed ones are refused."""
     out: dict[str, str] = {}
@@ -176,6 +196,7 @@ def add(
     retry_cap_seconds: float | None = None,
     timeout_seconds: float | None = None,
     max_in_flight: int | None = None,
+    ordered: bool = False,
     allow_networks: Sequence[IPNetwork] | None = None,
     box: SecretBox | None = None,
 ) -> Created:
@@ -184,6 +205,8 @@ def add(
     ``tenant`` scopes it to that tenant's events; ``all_tenants`` opts it in to every
     tenant's (and tenant-less) events; neither: tenant-less (:mod:`outbox.routing`).
     ``event_types`` are exact types, ``'prefix.*'`` patterns or ``'*'``; none: every type.
+    ``ordered``: deliveries of events that share a ``key`` go out one at a time, each after
+    the previous one is recorded delivered (README, "Ordered delivery").
 
     With ``allow_networks`` the URL also passes :func:`check_destination` first
     (``None``, the library default, skips that check; the CLI always passes it).
@@ -193,7 +216,7 @@ def add(
     params = {
         "id": new_id(),
         "url": url,
-        "description": description,
+        "description": validate_text("description", description),
         "tenant": validate_scope(tenant, all_tenants),
         "all_tenants": bool(all_tenants),
         "event_types": validate_filters(event_types),
@@ -203,6 +226,7 @@ def add(
         "retry_cap_seconds": _positive("retry_cap_seconds", retry_cap_seconds),
         "timeout_seconds": _positive("timeout_seconds", timeout_seconds),
         "max_in_flight": _positive("max_in_flight", max_in_flight),
+        "ordered": _flag("ordered", ordered),
     }
     generated = secret is None
     the_secret = generate_secret() if secret is None else secret
@@ -222,6 +246,12 @@ def _positive(name: str, value: float | None, upper: float | None = None) -> Any
     if value <= 0 or (upper is not None and value > upper):
         bound = f" and at most {upper:g}" if upper is not None else ""
         raise InvalidEndpoint(f"{name} must be positive{bound}, got {value}")
+    return value
+
+
+def _flag(name: str, value: bool | None) -> bool | None:
+    if value is not None and not isinstance(value, bool):
+        raise InvalidEndpoint(f"{name} must be True or False, got {value!r}")
     return value
 
 
@@ -270,6 +300,7 @@ def set_enabled(
     """Enable or disable an endpoint. Disabled endpoints get no new deliveries and
     workers do not send their pending ones until re-enabled."""
     eid = parse_id(endpoint_id)
+    validate_text("reason", reason, max_length=500)
     params = {"id": eid, "enabled": enabled, "reason": None if enabled else (reason or "manual")}
     with translated(), conn.cursor(row_factory=_ENDPOINT_ROW) as cur:
         cur.execute(render(queries.ENDPOINT_SET_ENABLED, schema), params)
@@ -294,6 +325,7 @@ def update(
     retry_base_seconds: float | None = None,
     retry_cap_seconds: float | None = None,
     timeout_seconds: float | None = None,
+    ordered: bool | None = None,
     allow_networks: Sequence[IPNetwork] | None = None,
 ) -> Updated:
     """Change an endpoint in one statement; ``None`` leaves a field as it is.
@@ -302,6 +334,9 @@ def update(
     ``event_types`` replaces the filter, ``all_event_types`` removes it; either applies to
     events emitted after the commit. ``headers`` are merged into the existing ones, after
     dropping those if ``clear_headers``. A new ``url`` also applies to pending deliveries.
+    ``ordered`` applies to events emitted after the commit: turned on, a key's events
+    emitted earlier are not ordered with the later ones; turned off, the deliveries already
+    queued behind a key's head still go one at a time, in order.
     """
     eid = parse_id(endpoint_id)
     if event_types and all_event_types:
@@ -309,7 +344,7 @@ def update(
     if url is not None:
         validate_url(url)
     params = {
-        "id": eid, "url": url, "description": description,
+        "id": eid, "url": url, "description": validate_text("description", description),
         "set_types": bool(event_types) or all_event_types,
         "event_types": validate_filters(event_types),
         "headers": Jsonb(validate_headers(headers)), "clear_headers": clear_headers,
@@ -317,6 +352,7 @@ def update(
         "retry_base_seconds": _positive("retry_base_seconds", retry_base_seconds),
         "retry_cap_seconds": _positive("retry_cap_seconds", retry_cap_seconds),
         "timeout_seconds": _positive("timeout_seconds", timeout_seconds),
+        "ordered": _flag("ordered", ordered),
     }
     warnings: tuple[str, ...] = ()
     if url is not None and allow_networks is not None:

@@ -16,7 +16,10 @@ seconds: they read the partial indexes, not the delivery history.
 Every function takes ``tenant``: only deliveries of that tenant's *events* count (a
 delivery belongs to its event's tenant, whichever endpoint carries it), and
 :func:`by_endpoint` lists that tenant's endpoints plus the all-tenants ones. A malformed
-tenant id raises :class:`~outbox.errors.InvalidEvent` before any SQL.
+tenant id raises :class:`~outbox.errors.InvalidEvent` before any SQL. With ``tenant``,
+:func:`by_endpoint` drops the rows of other tenants' endpoints by their endpoint id before
+it looks up any event's tenant, so another tenant's traffic costs no probe of ``events``
+(tests/integration/test_tenant_scoped_plans.py).
 """
 
 from __future__ import annotations
@@ -39,7 +42,11 @@ class EndpointStats:
 
     ``pending``: not yet delivered or dead (including parked rows of a disabled endpoint);
     ``due``: pending and claimable now; ``in_flight``: pending and leased by a worker whose
-    lease still runs; ``delivered_1h`` / ``dead_1h``: finished in the last hour;
+    lease still runs; ``waiting``: deliveries of an ordered endpoint queued behind their
+    key's head (not claimable until it is delivered or skipped); ``blocked``: those of
+    them whose key is held by a dead head, in ``blocked_keys`` keys (they wait until the
+    head is replayed and delivered, or skipped: ``outbox dead skip``);
+    ``delivered_1h`` / ``dead_1h``: finished in the last hour;
     ``oldest_due_seconds``: how long the oldest due delivery has waited to be claimed
     (None: nothing due); ``last_error``: the error of the pending delivery that has failed
     most, else of the most recently dead one.
@@ -51,6 +58,9 @@ class EndpointStats:
     pending: int
     due: int
     in_flight: int
+    waiting: int
+    blocked: int
+    blocked_keys: int
     delivered_1h: int
     dead_1h: int
     oldest_due_seconds: float | None

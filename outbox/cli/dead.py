@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import getpass
 import json
+import socket
 
 import click
 
@@ -56,6 +58,7 @@ def dead() -> None:
       outbox dead list --endpoint 0193... --event-type invoice.paid --json
       outbox dead list --tenant acme
       outbox dead show 4711
+      outbox dead skip 4711
     """
 
 
@@ -121,6 +124,11 @@ def show(ctx: Context, delivery_id: str, as_json: bool) -> None:
     ]
     if d.state == "pending":
         fields.append(("next attempt", when(d.visible_at)))
+    if d.blocking:
+        fields.append(("blocks its key", f"yes: {d.held_back} later deliveries wait (replay"
+                       f" it, or `outbox dead skip {d.id}`)"))
+    elif d.held_back:
+        fields.append(("key queue", f"{d.held_back} later deliveries wait for it"))
     width = max(len(name) for name, _ in fields)
     for name, value in fields:
         click.echo(f"{name.ljust(width)}  {value}")
@@ -143,3 +151,40 @@ def _pretty(payload: str | None) -> str:
         return json.dumps(json.loads(payload), indent=2, ensure_ascii=False)
     except ValueError:
         return payload
+
+
+@dead.command("skip")
+@click.argument("delivery_ids", metavar="DELIVERY_ID...", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@pass_ctx
+def skip(ctx: Context, delivery_ids: tuple[str, ...], as_json: bool) -> None:
+    """Release the key a dead delivery of an ordered endpoint holds, without it.
+
+    A dead delivery of an ordered endpoint blocks its key: the key's later deliveries wait
+    (`outbox stats` shows them as blocked). `outbox replay --id ID` sends it again and
+    the key resumes in order; `dead skip` gives up on it instead: it stays dead, its
+    attempt log records the skip, and the key's next delivery goes out now. Skipping
+    again, or a delivery that holds no key, changes nothing. A delivery that is not dead
+    is refused.
+
+    \b
+    Example:
+      outbox dead skip 4711
+    """
+    with ctx.connect() as conn:
+        result = dl.skip(conn, delivery_ids, schema=ctx.schema, actor=_actor("skip"))
+    if as_json:
+        echo_json(result)
+        return
+    for i in result.skipped:
+        click.echo(f"skipped {i}: its key goes on without it")
+    for i in result.unchanged:
+        click.echo(f"{i} holds no key (skipped before, or not ordered): unchanged")
+
+
+def _actor(verb: str) -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{verb} by {user}@{socket.gethostname()}"

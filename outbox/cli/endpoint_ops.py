@@ -25,12 +25,15 @@ from outbox.cli.params import Duration, delivery_options
               help="Add or replace a header (repeatable); others are kept.")
 @click.option("--clear-headers", is_flag=True, help="Drop all custom headers first.")
 @click.option("--description", default=None, help="Free text shown in listings.")
+@click.option("--ordered/--unordered", default=None,
+              help="Deliver events that share a key one at a time, in order (or stop). "
+                   "Applies to events emitted from now on.")
 @delivery_options
 @click.option("--json", "as_json", is_flag=True, help="Print the endpoint as JSON.")
 @pass_ctx
 def update(ctx: Context, endpoint_id: str, url: str | None, event_types: tuple[str, ...],
            all_event_types: bool, headers: tuple[str, ...], clear_headers: bool,
-           description: str | None, max_attempts: int | None,
+           description: str | None, ordered: bool | None, max_attempts: int | None,
            retry_base_seconds: float | None, retry_cap_seconds: float | None,
            timeout_seconds: float | None, as_json: bool) -> None:
     """Change an endpoint; options not given keep their value. Validated like `add`,
@@ -45,7 +48,7 @@ def update(ctx: Context, endpoint_id: str, url: str | None, event_types: tuple[s
     changes: list[Any] = [url, event_types, all_event_types, headers, clear_headers,
                           description, max_attempts, retry_base_seconds, retry_cap_seconds,
                           timeout_seconds]
-    if not any(c not in (None, False, ()) for c in changes):
+    if ordered is None and not any(c not in (None, False, ()) for c in changes):
         raise click.UsageError("nothing to update: give at least one option (see --help)")
     if event_types and all_event_types:
         raise click.UsageError("--event-type and --all-event-types contradict each other")
@@ -56,7 +59,7 @@ def update(ctx: Context, endpoint_id: str, url: str | None, event_types: tuple[s
             all_event_types=all_event_types, headers=parsed, clear_headers=clear_headers,
             description=description, max_attempts=max_attempts,
             retry_base_seconds=retry_base_seconds, retry_cap_seconds=retry_cap_seconds,
-            timeout_seconds=timeout_seconds,
+            timeout_seconds=timeout_seconds, ordered=ordered,
             allow_networks=ctx.allow_networks() if url is not None else None,
         )
     print_warnings(done.warnings)
@@ -68,6 +71,7 @@ def update(ctx: Context, endpoint_id: str, url: str | None, event_types: tuple[s
     click.echo(f"  url:         {e.url}")
     click.echo(f"  event types: {', '.join(e.event_types) if e.event_types else '*'}")
     click.echo(f"  headers:     {', '.join(f'{k}={v}' for k, v in e.headers.items()) or '-'}")
+    click.echo(f"  ordered:     {'yes' if e.ordered else 'no'}")
 
 
 @endpoints.command("rotate-secret")

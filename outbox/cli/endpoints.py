@@ -65,11 +65,14 @@ def endpoints() -> None:
 @click.option("--header", "headers", multiple=True, metavar="K=V",
               help="Extra HTTP header sent with every delivery (repeatable).")
 @click.option("--description", default="", help="Free text shown in listings.")
+@click.option("--ordered", is_flag=True,
+              help="Deliver events that share a key one at a time, in emit order, each "
+                   "after the previous one is delivered (README: Ordered delivery).")
 @delivery_options
 @pass_ctx
 def add(ctx: Context, url: str, event_types: tuple[str, ...], tenant: str | None,
         all_tenants: bool, secret: str | None,
-        headers: tuple[str, ...], description: str, max_attempts: int | None,
+        headers: tuple[str, ...], description: str, ordered: bool, max_attempts: int | None,
         retry_base_seconds: float | None, retry_cap_seconds: float | None,
         timeout_seconds: float | None) -> None:
     """Register URL; print its id and, if generated, its secret (shown only once).
@@ -81,6 +84,9 @@ def add(ctx: Context, url: str, event_types: tuple[str, ...], tenant: str | None
 
     An endpoint with --tenant receives only that tenant's events; one without receives
     only tenant-less events; --all-tenants receives every event.
+
+    With --ordered, deliveries of events that share a key go out one at a time, in emit
+    order; a dead one holds its key back until `outbox replay` or `outbox dead skip`.
 
     \b
     Examples:
@@ -95,7 +101,8 @@ def add(ctx: Context, url: str, event_types: tuple[str, ...], tenant: str | None
             all_tenants=all_tenants, secret=secret,
             headers=parsed, description=description, max_attempts=max_attempts,
             retry_base_seconds=retry_base_seconds, retry_cap_seconds=retry_cap_seconds,
-            timeout_seconds=timeout_seconds, allow_networks=ctx.allow_networks(),
+            timeout_seconds=timeout_seconds, ordered=ordered,
+            allow_networks=ctx.allow_networks(),
         )
     print_warnings(created.warnings)
     click.echo(f"id:     {created.endpoint.id}")

@@ -27,16 +27,25 @@ def _age(seconds: float | None) -> str:
     return "-" if seconds is None else format_duration(seconds)
 
 
+def _queued(r: st.EndpointStats) -> str:
+    """Ordered endpoints' queue behind key heads, and how much of it a dead head blocks."""
+    if not r.blocked_keys:
+        return str(r.waiting)
+    return f"{r.waiting} ({r.blocked} blocked, {r.blocked_keys} keys)"
+
+
 def _print(snap: st.Snapshot) -> None:
     rows, due = snap.endpoints, snap.due
+    queued = any(r.waiting or r.blocked_keys for r in rows)  # ordered endpoints in use
     table = [
         [str(r.endpoint_id), r.url + ("" if r.enabled else " [disabled]"), str(r.pending),
-         str(r.due), str(r.in_flight), str(r.delivered_1h), str(r.dead_1h),
-         _age(r.oldest_due_seconds), cut(r.last_error, 40)]
+         str(r.due), str(r.in_flight), *([_queued(r)] if queued else []), str(r.delivered_1h),
+         str(r.dead_1h), _age(r.oldest_due_seconds), cut(r.last_error, 40)]
         for r in rows
     ]
-    print_table(["endpoint", "url", "pending", "due", "in flight", "delivered 1h",
-                 "dead 1h", "oldest due", "last error"], table)
+    print_table(["endpoint", "url", "pending", "due", "in flight",
+                 *(["waiting"] if queued else []), "delivered 1h", "dead 1h", "oldest due",
+                 "last error"], table)
     click.echo(f"due now: {due.due}, oldest due: {_age(due.oldest_due_seconds)}")
     if snap.tenants:
         click.echo(f"\ntop tenants by due backlog (at most {TOP_TENANTS}):")
@@ -64,7 +73,9 @@ def _as_json(snap: st.Snapshot) -> str:
 @pass_ctx
 def stats(ctx: Context, as_json: bool, watch: float | None, tenant: str | None,
           iterations: int | None) -> None:
-    """Per endpoint: pending, due now, in flight, delivered and dead in the last hour,
+    """Per endpoint: pending, due now, in flight, waiting (shown while any ordered endpoint
+    has deliveries queued behind their key's head; "blocked": behind a dead head, until
+    `outbox replay` or `outbox dead skip`), delivered and dead in the last hour,
     how long the oldest due delivery has waited, and the last error; then the top 10
     tenants by due backlog (tenant-less events show as -), with the oldest wait of each,
     counted over the oldest 10,000 due deliveries (with --tenant: all of its own).

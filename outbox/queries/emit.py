@@ -14,13 +14,13 @@ from __future__ import annotations
 
 def _scope(t: str) -> str:
     return f"""(
-            SELECT p.id, p.event_types FROM {{schema}}.endpoints p
+            SELECT p.id, p.event_types, p.ordered FROM {{schema}}.endpoints p
              WHERE p.tenant = {t} AND p.enabled
             UNION ALL
-            SELECT p.id, p.event_types FROM {{schema}}.endpoints p
+            SELECT p.id, p.event_types, p.ordered FROM {{schema}}.endpoints p
              WHERE {t} IS NULL AND p.tenant IS NULL AND p.enabled AND NOT p.all_tenants
             UNION ALL
-            SELECT p.id, p.event_types FROM {{schema}}.endpoints p
+            SELECT p.id, p.event_types, p.ordered FROM {{schema}}.endpoints p
              WHERE p.all_tenants AND p.enabled)"""
 
 
@@ -32,11 +32,21 @@ def _takes(types: str, t: str) -> str:
                     WHERE f LIKE '%%.*' AND starts_with({t}, left(f, -1))))"""
 
 
-# Fan-out of the event rows ``ins(id, type, tenant)``, in the same statement as they are
-# inserted: one delivery per endpoint in scope whose filter takes the type.
+# Ordered endpoints (issue 14; migrations/0005_ordered.sql has the design): a delivery of
+# an event with a key to an ordered endpoint carries the key and starts 'fresh' (not
+# claimable: a worker makes it its key's head or puts it behind the head); every other
+# delivery starts 'pending' with no key, exactly as before. Emit takes no lock for it and
+# reads nothing but the endpoint's flag. Order within a key is the deliveries' id order
+# (the identity is taken as each row is inserted): a batch's rows are inserted in event
+# order, so a key's events of one statement keep their order.
+_KEY = "CASE WHEN ep.ordered THEN ins.key END"
+_STATE = "CASE WHEN ep.ordered AND ins.key IS NOT NULL THEN 'fresh' ELSE 'pending' END"
+
+# Fan-out of the event rows ``ins(id, type, tenant, key)``, in the same statement as they
+# are inserted: one delivery per endpoint in scope whose filter takes the type.
 _FAN_OUT = f"""
-    INSERT INTO {{schema}}.deliveries (event_id, endpoint_id)
-    SELECT ins.id, ep.id
+    INSERT INTO {{schema}}.deliveries (event_id, endpoint_id, key, state)
+    SELECT ins.id, ep.id, {_KEY}, {_STATE}
       FROM ins CROSS JOIN LATERAL {_scope("ins.tenant")} ep
      WHERE {_takes("ep.event_types", "ins.type")}
 """
@@ -44,15 +54,17 @@ _FAN_OUT = f"""
 # The same for a batch: the rule runs once per distinct (tenant, type) of the batch, not per
 # event (1,000 events over 100 tenants: 100 lookups), then joins back to the events.
 # '' stands for "no tenant" in the join key only (a tenant id is never empty).
+# Rows go in event order (ids are UUIDv7, made in input order): see _KEY above.
 _FAN_OUT_GROUPED = f"""
-    INSERT INTO {{schema}}.deliveries (event_id, endpoint_id)
-    SELECT ins.id, r.endpoint_id
+    INSERT INTO {{schema}}.deliveries (event_id, endpoint_id, key, state)
+    SELECT ins.id, ep.id, {_KEY}, {_STATE}
       FROM ins JOIN (
-            SELECT k.tenant, k.type, ep.id AS endpoint_id
+            SELECT k.tenant, k.type, ep.id, ep.ordered
               FROM (SELECT DISTINCT tenant, type FROM ins) k
              CROSS JOIN LATERAL {_scope("k.tenant")} ep
-             WHERE {_takes("ep.event_types", "k.type")}) r
-        ON COALESCE(r.tenant, '') = COALESCE(ins.tenant, '') AND r.type = ins.type
+             WHERE {_takes("ep.event_types", "k.type")}) ep
+        ON COALESCE(ep.tenant, '') = COALESCE(ins.tenant, '') AND ep.type = ins.type
+     ORDER BY ins.id
 """
 
 EMIT_ONE = (
@@ -60,7 +72,7 @@ EMIT_ONE = (
 WITH ins AS (
     INSERT INTO {schema}.events (id, type, payload, key, idempotency_key, traceparent, tenant)
     VALUES (%s, %s, %s::json, %s, NULL, %s, %s)
-    RETURNING id, type, tenant)
+    RETURNING id, type, tenant, key)
 """
     + _FAN_OUT
 )
@@ -72,7 +84,7 @@ WITH ins AS (
     VALUES (%(id)s, %(type)s, %(payload)s::json, %(key)s, %(ikey)s, %(traceparent)s,
             %(tenant)s)
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING id, type, tenant),
+    RETURNING id, type, tenant, key),
 fan AS (""" + _FAN_OUT + """)
 SELECT id FROM ins
 UNION ALL
@@ -91,7 +103,7 @@ ins AS (
     INSERT INTO {schema}.events (id, type, payload, key, idempotency_key, traceparent, tenant)
     SELECT id, type, payload::json, key, ikey, traceparent, tenant FROM input ORDER BY ord
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING id, type, tenant),
+    RETURNING id, type, tenant, key),
 fan AS (""" + _FAN_OUT_GROUPED + """)
 SELECT COALESCE(ins.id, old.id) AS id
   FROM input
@@ -108,12 +120,22 @@ COPY_EVENTS = """
 COPY {schema}.events (id, type, payload, key, traceparent, tenant) FROM STDIN (FORMAT BINARY)
 """
 ROUTES = f"""
-SELECT k.tenant, k.type, ep.id AS endpoint_id
+SELECT k.tenant, k.type, ep.id AS endpoint_id, ep.ordered
   FROM unnest(%(tenants)s::text[], %(types)s::text[]) AS k(tenant, type)
  CROSS JOIN LATERAL {_scope("k.tenant")} ep
  WHERE {_takes("ep.event_types", "k.type")}
 """
-COPY_DELIVERIES = "COPY {schema}.deliveries (event_id, endpoint_id) FROM STDIN (FORMAT BINARY)"
+# Columns as _FAN_OUT writes them: (event id, endpoint id, key, state), the key and state
+# of an ordered endpoint's delivery as _KEY and _STATE say (emit.py's _deliveries).
+COPY_DELIVERIES = """
+COPY {schema}.deliveries (event_id, endpoint_id, key, state) FROM STDIN (FORMAT BINARY)
+"""
+
+# Whether this session holds outbox's prepared statement %s (outbox.drivers.dbapi: psycopg2
+# and Django prepare the single-event emits with SQL PREPARE; checked in the transaction
+# that EXECUTEs it, so a pooler handing out another server connection per transaction, or
+# a DISCARD ALL, only costs a new PREPARE).
+PREPARED_STATEMENT = "SELECT 1 FROM pg_prepared_statements WHERE name = %s"
 
 # Second look for an idempotency key another transaction committed during our statement.
 EVENT_ID_BY_IDEMPOTENCY_KEY = """
@@ -146,7 +168,7 @@ EMIT_ONE_WAKE = (
 WITH ins AS (
     INSERT INTO {schema}.events (id, type, payload, key, idempotency_key, traceparent, tenant)
     VALUES (%s, %s, %s::json, %s, NULL, %s, %s)
-    RETURNING id, type, tenant),
+    RETURNING id, type, tenant, key),
 fan AS (""" + _FAN_OUT + " RETURNING 1)" + _WAKE_IF_IDLE
 )
 EMIT_ONE_IDEMPOTENT_WAKE = EMIT_ONE_IDEMPOTENT.replace(
@@ -156,7 +178,9 @@ EMIT_ONE_IDEMPOTENT_WAKE = EMIT_ONE_IDEMPOTENT.replace(
 EMIT_MANY_WAKE = EMIT_MANY.replace(
     "fan AS (" + _FAN_OUT_GROUPED + ")",
     "fan AS (" + _FAN_OUT_GROUPED + " RETURNING 1),\nwake AS (" + _WAKE_IF_IDLE + ")",
-).replace("  FROM input\n", "  FROM input LEFT JOIN (SELECT count(*) FROM wake) w ON true\n")
+).replace(" ORDER BY input.ord\n", " WHERE (SELECT count(*) FROM wake) >= 0\n ORDER BY input.ord\n")
+# (Not a LEFT JOIN to the count: the planner removes a join whose columns nothing reads, and
+# a CTE nothing reads never runs. A scalar subquery in WHERE runs once, as an InitPlan.)
 assert all(q.count("FROM wake)") == 1 for q in (EMIT_ONE_IDEMPOTENT_WAKE, EMIT_MANY_WAKE))
 
 # Worker side (outbox.delivery.wakeup): the channel to LISTEN on, and the idle lock.

@@ -6,18 +6,19 @@ from __future__ import annotations
 _ENDPOINT_COLUMNS = """
     id, url, description, tenant, all_tenants, event_types, headers, enabled, disabled_reason,
     max_attempts, retry_base_seconds, retry_cap_seconds, timeout_seconds, max_in_flight,
-    previous_secret_expires_at, created_at, updated_at
+    ordered, previous_secret_expires_at, created_at, updated_at
 """
 
 ENDPOINT_INSERT = (
     """
 INSERT INTO {schema}.endpoints
     (id, url, description, tenant, all_tenants, secret, event_types, headers,
-     max_attempts, retry_base_seconds, retry_cap_seconds, timeout_seconds, max_in_flight)
+     max_attempts, retry_base_seconds, retry_cap_seconds, timeout_seconds, max_in_flight,
+     ordered)
 VALUES (%(id)s, %(url)s, %(description)s, %(tenant)s, %(all_tenants)s, %(secret)s,
         %(event_types)s, %(headers)s,
         %(max_attempts)s, %(retry_base_seconds)s, %(retry_cap_seconds)s,
-        %(timeout_seconds)s, %(max_in_flight)s)
+        %(timeout_seconds)s, %(max_in_flight)s, %(ordered)s)
 RETURNING"""
     + _ENDPOINT_COLUMNS
 )
@@ -67,6 +68,7 @@ UPDATE {schema}.endpoints
        retry_base_seconds = COALESCE(%(retry_base_seconds)s::float8, retry_base_seconds),
        retry_cap_seconds = COALESCE(%(retry_cap_seconds)s::float8, retry_cap_seconds),
        timeout_seconds = COALESCE(%(timeout_seconds)s::float8, timeout_seconds),
+       ordered = COALESCE(%(ordered)s::boolean, ordered),
        updated_at = now()
  WHERE id = %(id)s
 RETURNING"""

@@ -3,6 +3,14 @@
 
 from __future__ import annotations
 
+from outbox.queries.emit import WAKE_CHANNEL, WAKE_KEY
+
+# The order in which a statement that takes several ordered keys' advisory locks takes them
+# (migrations/0005_ordered.sql): the lock's own key, not (endpoint, key), so that keys whose
+# hashes collide (one lock) are never taken in opposite orders by two statements. Fill
+# {ep} and {key} with the column expressions.
+ORDERED_LOCK_ORDER = "hashtext('outbox.ordered:' || {ep}::text), hashtext({key})"
+
 # --- tenant scoping (operator commands: dead list, replay, stats, prune) -----------------
 
 
@@ -18,6 +26,18 @@ def _of_tenant(alias: str) -> str:
     """
     return (f"(%(tenant)s::text IS NULL OR (SELECT tev.tenant FROM {{schema}}.events tev"
             f" WHERE tev.id = {alias}.event_id) = %(tenant)s::text)")
+
+
+def _carried(alias: str) -> str:
+    """Condition: delivery ``alias`` goes to an endpoint that can carry tenant %(tenant)s's
+    events (its own and the all-tenants ones; NULL: every endpoint). Implied by
+    :func:`_of_tenant` (an endpoint's tenant and all_tenants are set once, at creation, and
+    emit routes a tenant's events only to those), so adding it changes no result; it is a
+    cheap filter on the row itself (an array computed once per statement) that the planner
+    runs before _of_tenant's probe, so another tenant's rows cost no probe of events."""
+    return (f"(%(tenant)s::text IS NULL OR {alias}.endpoint_id = ANY (ARRAY("
+            "SELECT cep.id FROM {schema}.endpoints cep"
+            " WHERE cep.tenant = %(tenant)s::text OR cep.all_tenants)))")
 
 
 # --- dead letters (outbox.deadletter) ----------------------------------------------------
@@ -52,6 +72,10 @@ SELECT d.id, d.event_id, ev.type AS event_type, d.endpoint_id, ep.url, d.attempt
 )
 
 # What a replay would touch, per endpoint (dry-run output and the disabled-endpoint check).
+# DEAD_SUMMARY_TENANT: the same for a selection with a tenant (and no ids), routed through
+# the endpoints that can carry the tenant's events (_carried), each one's dead rows read
+# through deliveries_dead (endpoint_id, finished_at): the cost follows those endpoints'
+# dead rows, not every tenant's (the plain form probes every dead row's event).
 DEAD_SUMMARY = (
     """
 SELECT d.endpoint_id, ep.url, COALESCE(ep.enabled, false) AS enabled, ep.disabled_reason,
@@ -63,6 +87,20 @@ SELECT d.endpoint_id, ep.url, COALESCE(ep.enabled, false) AS enabled, ep.disable
     + """
  GROUP BY d.endpoint_id, ep.url, ep.enabled, ep.disabled_reason
  ORDER BY count(*) DESC, d.endpoint_id
+"""
+)
+
+DEAD_SUMMARY_TENANT = (
+    """
+SELECT ep.id AS endpoint_id, ep.url, ep.enabled, ep.disabled_reason, d.count
+  FROM {schema}.endpoints ep
+ CROSS JOIN LATERAL (
+       SELECT count(*) AS count FROM {schema}.deliveries d
+        WHERE d.endpoint_id = ep.id AND"""
+    + _DEAD_SELECTION
+    + """) d
+ WHERE (ep.tenant = %(tenant)s::text OR ep.all_tenants) AND d.count > 0
+ ORDER BY d.count DESC, ep.id
 """
 )
 
@@ -112,11 +150,67 @@ SELECT d.id, d.event_id, d.endpoint_id, d.state, d.attempts, d.visible_at,
        d.lease_token IS NOT NULL AS leased, d.last_status, d.last_error, d.created_at,
        d.finished_at, ev.type AS event_type, ev.payload::text AS payload, ev.key AS event_key,
        ev.created_at AS emitted_at, ep.url AS endpoint_url,
-       COALESCE(ep.enabled, false) AS endpoint_enabled
+       COALESCE(ep.enabled, false) AS endpoint_enabled,
+       (d.state = 'dead' AND d.key IS NOT NULL) AS blocking,
+       CASE WHEN d.key IS NOT NULL AND d.state IN ('pending', 'dead') THEN
+            (SELECT count(*) FROM {schema}.deliveries w
+              WHERE w.endpoint_id = d.endpoint_id AND w.key = d.key
+                AND w.state IN ('fresh', 'waiting')) ELSE 0 END AS held_back
   FROM {schema}.deliveries d
   LEFT JOIN {schema}.events ev ON ev.id = d.event_id
   LEFT JOIN {schema}.endpoints ep ON ep.id = d.endpoint_id
  WHERE d.id = %s
+"""
+
+# `outbox dead skip`: a dead head of an ordered endpoint's key gives up its key (key set to
+# NULL: it stays dead, and a replay of it later sends it unordered), the attempt log says
+# so, and the key's next delivery is promoted in the same transaction (ordered_advance,
+# migrations/0005_ordered.sql). The rows are locked first, in id order, and checked again
+# after the lock: a row replayed or skipped meanwhile is left alone, so skipping twice, or
+# racing a replay or a worker, changes nothing more. Returns each locked row's state after.
+DEAD_SKIP = """
+WITH target AS MATERIALIZED (
+    SELECT d.id, d.endpoint_id, d.key, d.state, d.attempts
+      FROM {schema}.deliveries d
+     WHERE d.id = ANY (%(ids)s::bigint[])
+     ORDER BY d.id
+       FOR UPDATE),
+released AS (
+    UPDATE {schema}.deliveries d
+       SET key = NULL
+      FROM target t
+     WHERE d.id = t.id AND t.state = 'dead' AND t.key IS NOT NULL
+    RETURNING d.id, t.endpoint_id, t.key, t.attempts),
+logged AS (
+    INSERT INTO {schema}.delivery_attempts (delivery_id, attempt, outcome, error, worker)
+    SELECT id, 0, 'skipped',
+           format('skipped after %%s attempts: key %%s released, the deliveries behind it go'
+                  ' on without this one', attempts, key),
+           %(actor)s
+      FROM released),
+advanced AS MATERIALIZED (
+    SELECT {schema}.ordered_advance(a.endpoint_id, a.key) AS promoted
+      FROM (SELECT endpoint_id, key FROM released) a
+     ORDER BY """ + ORDERED_LOCK_ORDER.format(ep="a.endpoint_id", key="a.key") + """),
+woken AS MATERIALIZED (  -- as emit's wake-up: a NOTIFY only while a worker is idle
+    SELECT pg_notify(""" + WAKE_CHANNEL + """, '')
+      FROM (SELECT 1 FROM advanced WHERE promoted IS NOT NULL LIMIT 1) p
+     WHERE NOT pg_try_advisory_xact_lock_shared(""" + WAKE_KEY + """))
+SELECT t.id, t.state, r.id IS NOT NULL AS skipped
+  FROM target t LEFT JOIN released r ON r.id = t.id
+ WHERE (SELECT count(*) FROM advanced) >= 0 AND (SELECT count(*) FROM woken) >= 0
+ ORDER BY t.id
+"""
+# `outbox dead skip` promotes under the key's lock and needs READ COMMITTED (0005): set it
+# first thing in a transaction of its own, or read the caller's transaction's level.
+READ_COMMITTED = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"
+TRANSACTION_ISOLATION = "SELECT current_setting('transaction_isolation')"
+# What a skip would touch: state, whether it holds a key, and its event's tenant.
+DEAD_SKIP_CHECK = """
+SELECT d.id, d.state, d.key IS NOT NULL AS holds_key,
+       (SELECT e.tenant FROM {schema}.events e WHERE e.id = d.event_id) AS tenant
+  FROM {schema}.deliveries d
+ WHERE d.id = ANY (%s::bigint[])
 """
 
 DELIVERY_ATTEMPTS = """
@@ -131,8 +225,12 @@ SELECT attempt, outcome, status_code, duration_ms, error_class, error, response_
 # Per endpoint. Cost follows the backlog (pending rows, through the deliveries_due partial
 # index) plus the last hour's finished rows (deliveries_finished, a range on finished_at);
 # the last dead error is one probe of deliveries_dead per endpoint. Never a full scan of
-# the history. With %(tenant)s: that tenant's endpoints and the all-tenants ones, counting
-# only the deliveries of that tenant's events (_of_tenant: one probe per row read).
+# the history. Ordered endpoints: `waiting` reads the queued rows (fresh, waiting) through
+# deliveries_queued_by_key, and the dead heads that block their key come from
+# deliveries_key_head: both follow the ordered backlog.
+# With %(tenant)s: that tenant's endpoints and the all-tenants ones, counting
+# only the deliveries of that tenant's events (_of_tenant: one probe per row read, after
+# _carried has dropped the rows of other tenants' endpoints at no probe).
 STATS_BY_ENDPOINT = """
 WITH backlog AS (
     SELECT endpoint_id,
@@ -143,25 +241,45 @@ WITH backlog AS (
            (array_agg(last_error ORDER BY attempts DESC)
                 FILTER (WHERE last_error IS NOT NULL))[1] AS retry_error
       FROM {schema}.deliveries d
-     WHERE state = 'pending' AND visible_at <= 'infinity' AND """ + _of_tenant("d") + """
+     WHERE state = 'pending' AND visible_at <= 'infinity' AND """ + _carried("d") + """
+       AND """ + _of_tenant("d") + """
      GROUP BY endpoint_id),
+queued AS (
+    SELECT endpoint_id, count(*) AS waiting
+      FROM {schema}.deliveries d
+     WHERE state IN ('fresh', 'waiting') AND """ + _carried("d") + """
+       AND """ + _of_tenant("d") + """
+     GROUP BY endpoint_id),
+held AS (
+    SELECT h.endpoint_id, count(*) AS blocked_keys, COALESCE(sum(q.n), 0)::bigint AS blocked
+      FROM {schema}.deliveries h
+     CROSS JOIN LATERAL (SELECT count(*) AS n FROM {schema}.deliveries w
+                          WHERE w.endpoint_id = h.endpoint_id AND w.key = h.key
+                            AND w.state IN ('fresh', 'waiting')) q
+     WHERE h.key IS NOT NULL AND h.state = 'dead' AND """ + _carried("h") + """
+       AND """ + _of_tenant("h") + """
+     GROUP BY h.endpoint_id),
 recent AS (
     SELECT endpoint_id,
            count(*) FILTER (WHERE state = 'delivered') AS delivered,
            count(*) FILTER (WHERE state = 'dead') AS dead
       FROM {schema}.deliveries d
      WHERE state <> 'pending' AND finished_at > now() - interval '1 hour'
-       AND """ + _of_tenant("d") + """
+       AND """ + _carried("d") + """ AND """ + _of_tenant("d") + """
      GROUP BY endpoint_id)
 SELECT ep.id AS endpoint_id, ep.url, ep.enabled,
        COALESCE(b.pending, 0) AS pending, COALESCE(b.due, 0) AS due,
-       COALESCE(b.in_flight, 0) AS in_flight, COALESCE(r.delivered, 0) AS delivered_1h,
+       COALESCE(b.in_flight, 0) AS in_flight, COALESCE(q.waiting, 0) AS waiting,
+       COALESCE(k.blocked, 0) AS blocked, COALESCE(k.blocked_keys, 0) AS blocked_keys,
+       COALESCE(r.delivered, 0) AS delivered_1h,
        COALESCE(r.dead, 0) AS dead_1h,
        extract(epoch FROM now() - b.oldest_due)::float8 AS oldest_due_seconds,
        COALESCE(b.retry_error, last_dead.last_error) AS last_error
   FROM {schema}.endpoints ep
   LEFT JOIN backlog b ON b.endpoint_id = ep.id
   LEFT JOIN recent r ON r.endpoint_id = ep.id
+  LEFT JOIN queued q ON q.endpoint_id = ep.id
+  LEFT JOIN held k ON k.endpoint_id = ep.id
   LEFT JOIN LATERAL (
         SELECT d.last_error FROM {schema}.deliveries d
          WHERE d.endpoint_id = ep.id AND d.state = 'dead' AND """ + _of_tenant("d") + """
@@ -205,11 +323,14 @@ SELECT tenant, count(*) AS due,
 # --- retention (outbox.retention) -------------------------------------------------------
 PRUNE_CUTOFF = "SELECT now() - make_interval(secs => %s)"
 
+# A dead head that still holds its ordered key (it blocks the key) is never pruned: pruning
+# it would release the key unseen; replay or `outbox dead skip` decides.
 # "state <> 'pending'" repeats the predicate of the deliveries_finished index so the
 # planner walks that index from its oldest end. %(tenant)s (NULL: all) keeps the rows of
 # that tenant's events (_of_tenant).
 _PRUNABLE = """
     state <> 'pending' AND state = ANY (%(states)s::text[]) AND finished_at < %(cutoff)s
+    AND NOT (state = 'dead' AND key IS NOT NULL)
     AND """ + _of_tenant("d") + "\n"
 PRUNE_COUNT = "SELECT count(*) FROM {schema}.deliveries d WHERE" + _PRUNABLE
 
