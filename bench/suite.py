@@ -21,6 +21,14 @@ own scratch database on the local PostgreSQL, as ``python -m bench.<module>`` wo
 - ``memory``: ``bench.memory.measure`` -- worker RSS with 1,000 requests in flight.
 - ``wakeup``: ``bench.wakeup.run`` -- lone-event latency and idle worker transactions/s,
   notify vs poll; 16 concurrent emitters with wake-ups on vs off.
+- ``processes``: ``bench.processes.run`` -- ``outbox worker --processes auto`` vs as many
+  separate workers on the same backlog: rates and CPU per delivery.
+- ``web``: ``bench.web`` -- every API list and console page on a big history (1,000,000
+  events, 50,000 dead deliveries in a full run): median answer time.
+- ``ordering``: ``bench.ordering.run`` -- drain of 10,000 events over 1,000 keys to one
+  ordered endpoint vs the same unordered, and one hot key's rate.
+- ``cpu``: ``bench.cpu.measure`` -- 2 workers' CPU per delivery (their rusage) vs 2 bare
+  loops' (``bench.bareloop``) on the same backlog, and the ratio.
 
 A section that raises is recorded as an error (its rows say so) and the next one runs.
 Then one table (target | ours | reference | ratio | target value | met?) is printed, and
@@ -155,6 +163,41 @@ def run_wakeup(s: Sizes) -> Results:
     return wakeup.run(quick=s is QUICK or s.seconds < FULL.seconds)
 
 
+def run_cpu(s: Sizes) -> Results:
+    """bench.cpu: 2 workers' CPU per delivery vs 2 bare loops' (bench.bareloop), same run."""
+    from bench import cpu
+    return cpu.measure(s.events, 2, 3 if s.events >= FULL.events else 1, s.concurrency,
+                       out=sys.stderr)
+
+
+def run_processes(s: Sizes) -> Results:
+    """bench.processes: ``--processes auto`` vs separate workers, rate and CPU/delivery."""
+    from bench import processes
+    return processes.run(s.events, s.concurrency)
+
+
+def run_web(s: Sizes) -> Results:
+    """bench.web: median answer of every API list and console page on a big history."""
+    from bench import web
+    events, dead = (1_000_000, 50_000) if s.events >= FULL.events else (100_000, 5_000)
+    with scratch_database() as url:
+        took = web.setup(url, events, dead, dead)
+        requests = web.measure(url, events, 15 if s is FULL else 5)
+    slowest = max(r.get("median_ms", 0.0) for r in requests.values())
+    failed = sorted(k for k, r in requests.items() if "median_ms" not in r)
+    return {"events": events, "dead": dead, "shared_dead": dead, "setup_seconds": round(took, 1),
+            "slowest_median_ms": slowest, "all_answered": not failed, "failed": failed,
+            "requests": requests}
+
+
+def run_ordering(s: Sizes) -> Results:
+    """bench.ordering: ordered (1,000 keys) vs unordered drain rate; one hot key's rate."""
+    from bench import ordering
+    full = s.events >= FULL.events
+    return ordering.run(events=10_000 if full else 3_000, keys=1_000 if full else 300,
+                        repeat=2 if full else 1, out=sys.stderr)
+
+
 def run_memory(s: Sizes) -> Results:
     """bench.memory: worker RSS, idle and with ``in_flight`` requests held open."""
     from bench import memory
@@ -170,7 +213,8 @@ SECTIONS: dict[str, Callable[[Sizes], Results]] = {
     "tenants": run_tenants, "pgqueuer": run_pgqueuer, "procrastinate": run_procrastinate,
     "history": run_history,
     "fairness": run_fairness, "neighbour": run_neighbour, "memory": run_memory,
-    "wakeup": run_wakeup,
+    "wakeup": run_wakeup, "cpu": run_cpu, "processes": run_processes, "web": run_web,
+    "ordering": run_ordering,
 }
 GROUPS = {"peer": ("pgqueuer", "procrastinate"), "deliver": ("throughput", "latency")}
 
@@ -241,6 +285,25 @@ TARGETS = (
     Target("(info) 16 emitters, 1 event/tx, NOTIFY in every tx vs off",
            ("wakeup", "emit_16", "batch_1", "tx_per_s", "notify every transaction"), "", 0,
            "tx/s", reference=("wakeup", "emit_16", "batch_1", "tx_per_s", "off")),
+    Target("worker CPU per delivery vs bare loop, 2 processes (net of start-up)",
+           ("cpu", "worker_cpu_us_per_delivery"), "<=", 1.5, "us",
+           reference=("cpu", "bareloop_cpu_us_per_delivery")),
+    Target("(info) worker CPU per delivery vs bare loop, start-up included",
+           ("cpu", "worker_cpu_us_per_delivery_gross"), "", 0, "us",
+           reference=("cpu", "bareloop_cpu_us_per_delivery_gross")),
+    Target("ordered endpoint, 1,000 keys vs unordered, drain rate",
+           ("ordering", "ordered_per_second"), ">=", 0.8, "/s",
+           reference=("ordering", "unordered_per_second")),
+    Target("(info) ordered endpoint, one hot key", ("ordering", "hot_key_per_second"), "", 0,
+           "/s"),
+    Target("--processes auto vs separate workers, deliveries/s",
+           ("processes", "auto_per_s"), ">=", 0.9, "/s",
+           reference=("processes", "separate_per_s")),
+    Target("(info) --processes auto vs separate workers, CPU per delivery",
+           ("processes", "auto_cpu_us_per_delivery"), "", 0, "us",
+           reference=("processes", "separate_cpu_us_per_delivery")),
+    Target("web: slowest API list / console page, median", ("web", "slowest_median_ms"),
+           "<", 200, "ms", requires=("web", "all_answered")),
     Target("worker RSS, 1,000 requests in flight", ("memory", "peak_rss_mb"), "<", 200, "MB",
            requires=("memory", "all_in_flight")),
 )

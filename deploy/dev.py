@@ -8,8 +8,8 @@
 
 It creates ./.venv on first use and reinstalls the project (with its dev extra) whenever
 pyproject.toml changes; `test` also installs the Debian tools the deploy/ tests run
-(promtool, systemd-analyze) when they are missing and apt-get is there. Extra arguments go
-to the underlying command.
+(promtool, systemd-analyze) and the browser tests drive (chromium, chromedriver) when they
+are missing and apt-get is there. Extra arguments go to the underlying command.
 """
 
 from __future__ import annotations
@@ -45,7 +45,12 @@ def ensure_venv() -> None:
 
 
 # Debian packages the tests run a program of; a missing program fails its test, not skips it.
-TEST_TOOLS = {"promtool": "prometheus", "systemd-analyze": "systemd"}
+TEST_TOOLS = {
+    "promtool": "prometheus",
+    "systemd-analyze": "systemd",
+    "chromium": "chromium",  # tests/web/test_browser.py (headless, driven by Selenium)
+    "chromedriver": "chromium-driver",
+}
 
 
 def ensure_test_tools() -> None:

@@ -116,9 +116,11 @@ def load_commands() -> None:
         endpoints,
         inbox,
         migrate,
+        portal,
         prune,
         replay,
         secrets,
+        serve,
         stats,
         worker,
     )

@@ -8,6 +8,7 @@ always bound parameters (``%s`` / ``%(name)s``), never formatted into the text.
 
 from __future__ import annotations
 
+from outbox.queries.console import CONSOLE_LAST_HOUR
 from outbox.queries.emit import (
     COPY_DELIVERIES,
     COPY_EVENTS,
@@ -36,8 +37,19 @@ from outbox.queries.endpoints import (
     ENDPOINT_SIGNING_SECRETS,
     ENDPOINT_UPDATE,
 )
+from outbox.queries.events import (
+    ALL_TENANT_ENDPOINTS,
+    ATTEMPTS_OF,
+    DELIVERIES_OWNED,
+    ENDPOINT_PAGE,
+    EVENT_DELIVERIES,
+    EVENT_GET,
+    EVENT_LIST,
+)
 from outbox.queries.operations import (
     DEAD_LIST,
+    DEAD_SKIP,
+    DEAD_SKIP_CHECK,
     DEAD_SUMMARY,
     DELIVERY_ATTEMPTS,
     DELIVERY_GET,
@@ -52,6 +64,7 @@ from outbox.queries.operations import (
     STATS_TOP_TENANTS,
 )
 from outbox.queries.schema import (
+    BEGIN_TRANSACTION,
     CREATE_SCHEMA,
     INBOX_MIGRATION_RECORD,
     INBOX_MIGRATIONS_APPLIED,
@@ -62,15 +75,24 @@ from outbox.queries.schema import (
     MIGRATION_RECORD,
     MIGRATIONS_APPLIED,
     MIGRATIONS_TABLE,
+    RESTORE_SEARCH_PATH,
     SET_SEARCH_PATH,
+    SHOW_SEARCH_PATH,
 )
 
 __all__ = [
+    "ALL_TENANT_ENDPOINTS",
+    "ATTEMPTS_OF",
+    "BEGIN_TRANSACTION",
+    "CONSOLE_LAST_HOUR",
     "COPY_DELIVERIES",
     "COPY_EVENTS",
     "CREATE_SCHEMA",
     "DEAD_LIST",
+    "DEAD_SKIP",
+    "DEAD_SKIP_CHECK",
     "DEAD_SUMMARY",
+    "DELIVERIES_OWNED",
     "DELIVERY_ATTEMPTS",
     "DELIVERY_GET",
     "DELIVERY_STATES",
@@ -84,13 +106,17 @@ __all__ = [
     "ENDPOINT_INSERT",
     "ENDPOINT_LIST",
     "ENDPOINT_LIST_TENANT",
+    "ENDPOINT_PAGE",
     "ENDPOINT_ROTATE_SECRET",
     "ENDPOINT_SECRETS_FOR_UPDATE",
     "ENDPOINT_SET_ENABLED",
     "ENDPOINT_SET_SECRETS",
     "ENDPOINT_SIGNING_SECRETS",
     "ENDPOINT_UPDATE",
+    "EVENT_DELIVERIES",
+    "EVENT_GET",
     "EVENT_ID_BY_IDEMPOTENCY_KEY",
+    "EVENT_LIST",
     "INBOX_MIGRATIONS_APPLIED",
     "INBOX_MIGRATIONS_TABLE",
     "INBOX_MIGRATION_RECORD",
@@ -105,8 +131,10 @@ __all__ = [
     "PRUNE_DELIVERIES_BATCH",
     "PRUNE_EVENTS_BATCH",
     "REPLAY_BATCH",
+    "RESTORE_SEARCH_PATH",
     "ROUTES",
     "SET_SEARCH_PATH",
+    "SHOW_SEARCH_PATH",
     "STATS_BY_ENDPOINT",
     "STATS_DUE",
     "STATS_TOP_TENANTS",

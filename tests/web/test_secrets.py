@@ -1,0 +1,50 @@
+"""Secrets never appear in any answer except the once-only creation and rotation answers:
+every GET route of the app (read from the app) is fetched for every object and searched
+for every secret the endpoints have ever had, plain or sealed."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from outbox.portal import WebSettings
+from tests.support.cli import execute
+from tests.support.pg import SCHEMA
+from tests.web.conftest import TOKEN, World, enter_portal, login, new_client
+from tests.web.routes import all_routes, fill, is_portal
+
+
+def test_no_answer_but_create_and_rotate_shows_a_secret(
+        db_url: str, app: FastAPI, api: TestClient, web_settings: WebSettings,
+        world: World) -> None:
+    created = api.post("/api/endpoints", json={"url": "http://127.0.0.1:9/s", "tenant": "acme"})
+    eid = created.json()["endpoint"]["id"]
+    secrets = [created.json()["secret"]]
+    secrets.append(api.post(f"/api/endpoints/{eid}/rotate-secret").json()["secret"])
+    with new_client(app) as portal_client:
+        csrf = enter_portal(portal_client, web_settings, "acme")
+        rotated = portal_client.post(f"/api/portal/endpoints/{world.a.endpoint}/rotate-secret",
+                                     headers={"X-CSRF-Token": csrf})
+        secrets.append(rotated.json()["secret"])
+        stored = [str(v) for row in execute(db_url, f"SELECT secret, previous_secret FROM"
+                                                    f" {SCHEMA}.endpoints") for v in row if v]
+        secrets += stored + [s.removeprefix("whsec_") for s in secrets if s]
+        secrets.append(TOKEN)
+        values = {"endpoint_id": [eid, str(world.a.endpoint)],
+                  "event_id": [str(world.a.events[0])], "delivery_id": [str(world.a.dead[0])],
+                  "*": ["x"]}
+        with new_client(app) as operator_client:
+            login(operator_client)
+            checked = 0
+            for method, template in all_routes(app):
+                if method != "GET":
+                    continue
+                client = portal_client if is_portal(template) else operator_client
+                for path in fill(template, values):
+                    for who in (client, api):
+                        answer = who.get(path)
+                        checked += 1
+                        shown = [s for s in secrets if s and s in answer.text]
+                        assert not shown, (path, answer.status_code)
+                        assert TOKEN not in str(answer.headers)
+    assert checked > 20
