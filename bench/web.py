@@ -132,6 +132,8 @@ def _requests(ids: dict[str, str]) -> list[tuple[str, str, dict[str, Any] | None
         ("GET", "/portal-api:/api/portal/endpoints", None),
         ("GET", "/portal-api:/api/portal/events", None),
         ("GET", "/portal-api:/api/portal/dead", None),
+        # the portal's replay page needs a selection (an endpoint of the tenant's or ids)
+        ("GET", f"/portal-api:/portal/replay?endpoint={e}", None),
     ]
 
 
@@ -144,7 +146,7 @@ def _pages(client: TestClient) -> list[tuple[str, str, dict[str, Any] | None]]:
         for ctx in (contexts() if contexts else []):
             if "GET" in (ctx.methods or ()) and "{" not in ctx.path and not ctx.path.startswith(
                     ("/api", "/healthz", "/readyz", "/login", "/static", "/portal/enter",
-                     "/portal/expired")):
+                     "/portal/expired", "/portal/replay")):
                 paths.add(ctx.path)
     return [("GET", ("/portal-api:" if p.startswith("/portal") else "") + p, None)
             for p in sorted(paths)]
