@@ -37,28 +37,20 @@ from typing import Any
 
 import psycopg
 
-import outbox
 from bench.common import SCHEMA, emit_json, scratch_database
+from bench.deliver import add_endpoint, emit_backlog
 from bench.procs import Workers, children_cpu
 from bench.sink import Sink
-from outbox import Event
-from outbox import endpoints as ep
 
-PAYLOAD = {"id": 0, "total": 1999, "currency": "EUR", "customer": "cus_0123456789"}
 DONE_SQL = f"SELECT count(*) FILTER (WHERE state = 'delivered') FROM {SCHEMA}.deliveries"
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
 def _prepare(url: str, sink_url: str, n: int) -> None:
-    """One endpoint at the sink, ``n`` events (1,000 per transaction), statistics fresh."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        ep.add(conn, sink_url + "/hook", schema=SCHEMA)
-        for first in range(0, n, 1000):
-            events = [Event("order.created", {**PAYLOAD, "id": i})
-                      for i in range(first, min(n, first + 1000))]
-            with conn.transaction():
-                outbox.emit_many(conn, events, schema=SCHEMA)
-        conn.execute(f"VACUUM ANALYZE {SCHEMA}.events, {SCHEMA}.deliveries")
+    """One endpoint at the sink, ``n`` events (1,000 per transaction), statistics fresh:
+    the same backlog as bench.deliver's throughput section."""
+    add_endpoint(url, sink_url)
+    emit_backlog(url, n)
 
 
 def _own_cpu(pid: int) -> float | None:

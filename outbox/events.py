@@ -68,19 +68,10 @@ class EventPage:
 
 
 @dataclass(frozen=True, slots=True)
-class AttemptRow:
-    """One HTTP attempt (or a replay mark, attempt 0) of a delivery."""
+class AttemptRow(dl.Attempt):
+    """One HTTP attempt (or a replay mark, attempt 0) of the delivery ``delivery_id``."""
 
     delivery_id: int
-    attempt: int
-    outcome: str
-    status_code: int | None
-    duration_ms: float | None
-    error_class: str | None
-    error: str | None
-    response_excerpt: str | None
-    worker: str | None
-    created_at: dt.datetime
 
 
 @dataclass(frozen=True, slots=True)

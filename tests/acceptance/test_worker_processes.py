@@ -16,6 +16,7 @@ from outbox.migrate import migrate
 from outbox.receiver import Behaviour, Receiver
 from tests.support.pg import SCHEMA
 from tests.support.workers import (
+    FAST,
     SECRET,
     add_endpoint,
     emit,
@@ -27,10 +28,6 @@ from tests.support.workers import (
 )
 
 pytestmark = pytest.mark.slow  # worker processes, kills, a database restart
-
-FAST = {"OUTBOX_POLL_INTERVAL_SECONDS": "0.05", "OUTBOX_RETRY_BASE_SECONDS": "0.1",
-        "OUTBOX_RETRY_CAP_SECONDS": "0.5"}
-
 
 @contextmanager
 def workers(db_url: str, n: int, **env: str) -> Iterator[list[subprocess.Popen[bytes]]]:

@@ -21,6 +21,7 @@ import pytest
 
 from outbox.delivery.settings import WorkerSettings
 from outbox.receiver import Behaviour, Receiver
+from tests.support import workers
 from tests.support.net import free_port
 from tests.support.pg import SCHEMA
 from tests.support.workers import _LOGS as LOGS
@@ -35,8 +36,7 @@ from tests.support.workers import (
     wait_until,
 )
 
-FAST = {"OUTBOX_POLL_INTERVAL_SECONDS": "0.05", "OUTBOX_RETRY_BASE_SECONDS": "0.1",
-        "OUTBOX_RETRY_CAP_SECONDS": "0.5", "OUTBOX_METRICS_HOST": "127.0.0.1"}
+FAST = {**workers.FAST, "OUTBOX_METRICS_HOST": "127.0.0.1"}
 LEASED = ("SELECT count(*) FROM outbox.deliveries"
           " WHERE state = 'pending' AND lease_token IS NOT NULL")
 

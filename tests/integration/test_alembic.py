@@ -19,7 +19,8 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from outbox.contrib.alembic import _cursor
 from outbox.migrate import available
-from tests.support.workers import wait_until
+from tests.support.pg import outbox_migrations
+from tests.support.workers import rows, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 INI = ROOT / "tests" / "alembic_project" / "alembic.ini"
@@ -43,18 +44,8 @@ def alembic(db_url: str, *args: str, driver: str = "psycopg", check: bool = True
     return proc
 
 
-def query(url: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
-    with psycopg.connect(url) as c:
-        return c.execute(sql.encode(), params).fetchall()
-
-
-def outbox_migrations(url: str, schema: str = "outbox") -> list[tuple[Any, ...]]:
-    return query(url, f"SELECT version, checksum, applied_at FROM {schema}.schema_migrations"
-                      " ORDER BY version")
-
-
 def tables(url: str) -> set[str]:
-    return {f"{s}.{t}" for s, t in query(
+    return {f"{s}.{t}" for s, t in rows(
         url, "SELECT table_schema, table_name FROM information_schema.tables"
              " WHERE table_schema NOT IN ('pg_catalog', 'information_schema')")}
 
@@ -68,7 +59,7 @@ def test_upgrade_head_creates_outbox_schema(blank_db_url: str, driver: str) -> N
     # 0002 ran in the same transaction, after outbox's SET LOCAL search_path: restored
     assert {"public.orders", "public.alembic_version"} <= found
     assert "outbox.orders" not in found
-    assert query(blank_db_url, "SELECT version_num FROM alembic_version") == [("0002_orders",)]
+    assert rows(blank_db_url, "SELECT version_num FROM alembic_version") == [("0002_orders",)]
     before = outbox_migrations(blank_db_url)
 
     alembic(blank_db_url, "upgrade", "head", driver=driver)
@@ -89,8 +80,8 @@ def test_commits_with_the_revisions_or_not_at_all(blank_db_url: str, driver: str
     assert proc.returncode != 0
     assert "revision 0002 failed" in proc.stderr
     assert tables(blank_db_url) == set()  # no outbox schema, no alembic_version
-    assert query(blank_db_url, "SELECT count(*) FROM pg_namespace WHERE nspname = 'outbox'"
-                 ) == [(0,)]
+    assert rows(blank_db_url, "SELECT count(*) FROM pg_namespace WHERE nspname = 'outbox'"
+                ) == [(0,)]
 
 
 def test_schema_from_outbox_schema_setting(blank_db_url: str) -> None:
@@ -107,8 +98,8 @@ def test_waits_for_the_outbox_migrate_lock(blank_db_url: str) -> None:
                                  "head"], env=_env(blank_db_url, "psycopg"), cwd=ROOT,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
-            wait_until(lambda: query(blank_db_url, "SELECT count(*) FROM pg_locks WHERE"
-                                     " locktype = 'advisory' AND NOT granted")[0][0] == 1,
+            wait_until(lambda: rows(blank_db_url, "SELECT count(*) FROM pg_locks WHERE"
+                                    " locktype = 'advisory' AND NOT granted")[0][0] == 1,
                        60, "alembic to wait for the advisory lock")
         finally:
             holder.rollback()

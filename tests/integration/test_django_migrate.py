@@ -21,7 +21,8 @@ import psycopg
 import pytest
 
 from outbox.migrate import available, migrate
-from tests.support.workers import wait_until
+from tests.support.pg import outbox_migrations
+from tests.support.workers import rows, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 MANAGE = ROOT / "tests" / "django_app_migrate" / "manage.py"
@@ -41,25 +42,15 @@ def manage(db_url: str, *args: str, driver: str = "psycopg", check: bool = True,
     return proc
 
 
-def query(url: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
-    with psycopg.connect(url) as c:
-        return c.execute(sql.encode(), params).fetchall()
-
-
-def outbox_migrations(url: str, schema: str = "outbox") -> list[tuple[Any, ...]]:
-    return query(url, f"SELECT version, checksum, applied_at FROM {schema}.schema_migrations"
-                      " ORDER BY version")
-
-
 def django_recorded(url: str, app: str = "outbox") -> list[str]:
-    return [r[0] for r in query(url, "SELECT name FROM django_migrations WHERE app = %s",
-                                (app,))]
+    return [r[0] for r in rows(url, "SELECT name FROM django_migrations WHERE app = %s",
+                               (app,))]
 
 
 def relations(url: str, schema: str) -> set[str]:
-    return {r[0] for r in query(url, "SELECT c.relname FROM pg_class c JOIN pg_namespace n"
-                                     " ON n.oid = c.relnamespace WHERE n.nspname = %s"
-                                     " AND c.relkind IN ('r', 'v')", (schema,))}
+    return {r[0] for r in rows(url, "SELECT c.relname FROM pg_class c JOIN pg_namespace n"
+                                    " ON n.oid = c.relnamespace WHERE n.nspname = %s"
+                                    " AND c.relkind IN ('r', 'v')", (schema,))}
 
 
 @pytest.mark.parametrize("driver", DRIVERS)
@@ -131,8 +122,8 @@ def test_waits_for_the_outbox_migrate_lock(blank_db_url: str) -> None:
         proc = subprocess.Popen([sys.executable, str(MANAGE), "migrate"], env=env, cwd=ROOT,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
-            wait_until(lambda: query(blank_db_url, "SELECT count(*) FROM pg_locks WHERE"
-                                     " locktype = 'advisory' AND NOT granted")[0][0] == 1,
+            wait_until(lambda: rows(blank_db_url, "SELECT count(*) FROM pg_locks WHERE"
+                                    " locktype = 'advisory' AND NOT granted")[0][0] == 1,
                        60, "manage.py migrate to wait for the advisory lock")
             assert relations(blank_db_url, "outbox") == set()
         finally:

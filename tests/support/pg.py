@@ -69,3 +69,10 @@ def count(url: str, table: str, where: str = "TRUE") -> int:
         row = conn.execute(query.encode()).fetchone()
     assert row is not None
     return int(row[0])
+
+
+def outbox_migrations(url: str, schema: str = SCHEMA) -> list[tuple[Any, ...]]:
+    """``(version, checksum, applied_at)`` of each migration applied to ``schema``."""
+    query = f"SELECT version, checksum, applied_at FROM {schema}.schema_migrations ORDER BY 1"
+    with psycopg.connect(url) as conn:
+        return conn.execute(query.encode()).fetchall()

@@ -21,6 +21,9 @@ from outbox.delivery.settings import WorkerSettings
 from tests.support.pg import SCHEMA
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+# a worker process that polls and retries fast (tests wait on it): env for spawn()
+FAST = {"OUTBOX_POLL_INTERVAL_SECONDS": "0.05", "OUTBOX_RETRY_BASE_SECONDS": "0.1",
+        "OUTBOX_RETRY_CAP_SECONDS": "0.5"}
 
 
 def settings(db_url: str, **overrides: Any) -> WorkerSettings:

@@ -161,6 +161,17 @@ def _fill(kwargs: dict[str, Any], endpoint: str) -> dict[str, Any]:
     return {k: sub(v) for k, v in kwargs.items()}
 
 
+def _refused(db_url: str, client: TestClient, world: World, method: str, path: str,
+             kwargs: dict[str, Any], status: int, code: str) -> None:
+    """The request gets ``status`` with error ``code`` and a message, and writes nothing."""
+    before = snapshot(db_url)
+    endpoint = str(world.a.endpoint)
+    answer = client.request(method, path.replace(E, endpoint), **_fill(kwargs, endpoint))
+    assert (answer.status_code, answer.json()["error"]["code"]) == (status, code), answer.text
+    assert answer.json()["error"]["message"]
+    assert snapshot(db_url) == before
+
+
 @pytest.fixture
 def portal_client(app: FastAPI, web_settings: WebSettings) -> Iterator[TestClient]:
     with new_client(app) as client:
@@ -173,23 +184,14 @@ def portal_client(app: FastAPI, web_settings: WebSettings) -> Iterator[TestClien
                          ids=[f"{m} {p[:50]} {s}" for m, p, _, s, _ in OPERATOR])
 def test_operator_bad_input(db_url: str, api: TestClient, world: World, method: str,
                             path: str, kwargs: dict[str, Any], status: int, code: str) -> None:
-    before = snapshot(db_url)
-    endpoint = str(world.a.endpoint)
-    answer = api.request(method, path.replace(E, endpoint), **_fill(kwargs, endpoint))
-    assert (answer.status_code, answer.json()["error"]["code"]) == (status, code), answer.text
-    assert answer.json()["error"]["message"]
-    assert snapshot(db_url) == before
+    _refused(db_url, api, world, method, path, kwargs, status, code)
 
 
 @pytest.mark.parametrize(("method", "path", "kwargs", "status", "code"), PORTAL,
                          ids=[f"{m} {p[:50]} {s}" for m, p, _, s, _ in PORTAL])
 def test_portal_bad_input(db_url: str, portal_client: TestClient, world: World, method: str,
                           path: str, kwargs: dict[str, Any], status: int, code: str) -> None:
-    before = snapshot(db_url)
-    endpoint = str(world.a.endpoint)
-    answer = portal_client.request(method, path.replace(E, endpoint), **_fill(kwargs, endpoint))
-    assert (answer.status_code, answer.json()["error"]["code"]) == (status, code), answer.text
-    assert snapshot(db_url) == before
+    _refused(db_url, portal_client, world, method, path, kwargs, status, code)
 
 
 def test_oversize_bodies_are_refused_before_the_route(db_url: str, api: TestClient,

@@ -86,19 +86,24 @@ def _serve(db_url: str, port: int, log_level: str = "warning", **env: str | None
     return proc, log
 
 
+def _wait_answering(base: str, path: str) -> None:
+    """Wait (30 s at most) until ``base + path`` answers 200."""
+
+    def up() -> bool:
+        try:
+            return httpx.get(base + path, timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    wait_until(up, 30, f"outbox serve answers {path}")
+
+
 def test_serve_runs_the_app(db_url: str, world: World) -> None:
     port = free_port()
     proc, _ = _serve(db_url, port, OUTBOX_ADMIN_TOKEN="t0ken-for-serve")
     try:
         base = f"http://127.0.0.1:{port}"
-
-        def up() -> bool:
-            try:
-                return httpx.get(base + "/readyz", timeout=1).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_until(up, 30, "outbox serve answers /readyz")
+        _wait_answering(base, "/readyz")
         assert httpx.get(base + "/api/endpoints").status_code == 401
         listed = httpx.get(base + "/api/endpoints",
                            headers={"Authorization": "Bearer t0ken-for-serve"})
@@ -114,14 +119,7 @@ def test_serve_without_a_token_on_loopback_prints_a_one_off_token(db_url: str) -
     proc, log = _serve(db_url, port, OUTBOX_ADMIN_TOKEN=None)
     try:
         base = f"http://127.0.0.1:{port}"
-
-        def up() -> bool:
-            try:
-                return httpx.get(base + "/healthz", timeout=1).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_until(up, 30, "outbox serve answers /healthz")
+        _wait_answering(base, "/healthz")
         log.seek(0)
         token = log.read().decode().split("one-off token: ")[1].split()[0]
         assert httpx.get(base + "/api/endpoints", headers={
@@ -138,14 +136,7 @@ def test_serves_access_log_redacts_link_tokens(db_url: str) -> None:
     proc, log = _serve(db_url, port, log_level="info", OUTBOX_ADMIN_TOKEN="t" * 32)
     try:
         base = f"http://127.0.0.1:{port}"
-
-        def up() -> bool:
-            try:
-                return httpx.get(base + "/healthz", timeout=1).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_until(up, 30, "outbox serve answers /healthz")
+        _wait_answering(base, "/healthz")
         answer = httpx.get(base + "/portal/enter?token=SeCrEtToKeN.sig")
         assert answer.status_code == 401
         assert answer.headers["referrer-policy"] == "no-referrer"
