@@ -163,16 +163,19 @@ def dead_page(request: Request, page: Page, conn: Conn, done: str | None = None)
         "filters": dict(request.query_params), "notice": NOTICES.get(done or ""),
         "filtered": bool(selection_query(request.query_params)),
     }
+    cursor = request.query_params.get("cursor")
     try:
         selection = selection_from(request.query_params)
-        rows = deadletter.list_dead(conn, schema=_schema(request), selection=selection,
-                                    limit=101)
+        found = ev.list_dead(conn, schema=_schema(request), selection=selection, limit=100,
+                             after=ev.DeadCursor.parse(cursor) if cursor else None)
     except BAD_INPUT + NOT_FOUND as exc:
         return render(request, "dead.html", {**context, "error": str(exc), "rows": []},
                       status_code=400)
+    query = selection_query(request.query_params)
+    older = found.next_cursor and urlencode({**query, "cursor": str(found.next_cursor)})
     return render(request, "dead.html", {
-        **context, "rows": rows[:100], "more": len(rows) > 100,
-        "query": urlencode(selection_query(request.query_params))})
+        **context, "rows": found.rows, "more": found.next_cursor is not None,
+        "paged": cursor is not None, "older": older, "query": urlencode(query)})
 
 
 @router.get("/dead/replay", response_class=HTMLResponse, include_in_schema=False)

@@ -8,15 +8,17 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
+import psycopg
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+import outbox
 from outbox.portal import WebSettings
-from tests.support.cli import delivery_ids, execute
+from tests.support.cli import delivery_ids, execute, kill
 from tests.support.pg import SCHEMA
-from tests.support.workers import SECRET
-from tests.web.conftest import World, enter_portal, new_client
+from tests.support.workers import SECRET, add_endpoint
+from tests.web.conftest import BASE, World, enter_portal, new_client
 
 Client = tuple[TestClient, str]
 
@@ -197,6 +199,28 @@ def test_replay_onto_a_disabled_endpoint_needs_the_checkbox(operator: Client,
     client.post("/dead/replay", data={"endpoint": str(world.a.endpoint), "csrf_token": csrf,
                                       "enable_endpoints": "1"})
     assert states_of(db_url, world.a.dead) == ["pending"] and is_enabled(db_url, world.a.endpoint)
+
+
+def test_dead_letters_page_through_every_row_once(operator: Client, db_url: str) -> None:
+    """250 rows dead in one batch (one finished_at): "Older" links reach each exactly once."""
+    client, _ = operator
+    endpoint = add_endpoint(db_url, BASE + "many", tenant="acme")
+    with psycopg.connect(db_url) as c:
+        outbox.emit_many(c, [outbox.Event("invoice.paid", {"n": i}, tenant="acme")
+                             for i in range(250)])
+        c.commit()
+    dead = delivery_ids(db_url, "endpoint_id = %s", (endpoint,))
+    kill(db_url, dead)  # one UPDATE: every row gets the same finished_at
+    seen: list[int] = []
+    path: str | None = f"/dead?endpoint={endpoint}"
+    while path is not None:
+        page = client.get(path)
+        assert page.status_code == 200, page.text
+        seen += [int(i) for i in re.findall(r'href="/deliveries/(\d+)"', page.text)]
+        older = re.search(r'href="(/dead\?[^"]*)" rel="next"', page.text)
+        path = older.group(1).replace("&amp;", "&") if older else None
+    assert sorted(seen) == sorted(dead) and len(seen) == len(set(seen)) == 250
+    assert client.get(f"/dead?endpoint={endpoint}&cursor=zzz").status_code == 400
 
 
 @pytest.mark.parametrize(("path", "status"), [
