@@ -17,7 +17,7 @@ import psycopg
 from psycopg import sql
 
 from outbox import devdb
-from outbox.migrate import migrate
+from outbox.admin.migrations import migrate
 
 SCHEMA = "outbox"
 

@@ -51,7 +51,7 @@ from bench.common import SCHEMA, emit_json, percentiles, scratch_database
 from bench.procs import CpuMeter, Workers, children_cpu
 from bench.sink import Sink
 from outbox import Event
-from outbox import endpoints as ep
+from outbox.admin import endpoints as ep
 from outbox.delivery.outcome import Verdict
 from outbox.delivery.sender import make_transport, send
 from outbox.signing import generate_secret, webhook_headers

@@ -31,7 +31,7 @@ import outbox
 from bench import emit_stacks
 from bench.common import SCHEMA, emit_json, percentiles, scratch_database
 from outbox import Event
-from outbox import endpoints as ep
+from outbox.admin import endpoints as ep
 
 
 def _business(conn: psycopg.Connection[Any], i: int, extra: str) -> float:

@@ -21,7 +21,7 @@ import outbox
 from bench.common import SCHEMA, emit_json, scratch_database
 from bench.procs import Workers
 from bench.sink import Sink
-from outbox import endpoints as ep
+from outbox.admin import endpoints as ep
 
 HEALTHY_DONE = """
 SELECT count(*) FROM outbox.deliveries

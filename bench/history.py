@@ -20,8 +20,8 @@ from typing import Any
 import psycopg
 
 from bench.common import SCHEMA, emit_json, percentiles, scratch_database
-from outbox import endpoints as ep
-from outbox.db import render
+from outbox._db.connection import render
+from outbox.admin import endpoints as ep
 from outbox.delivery import queries
 
 # Event ids are time-ordered (UUIDv7) in real use: the history sorts below the backlog.

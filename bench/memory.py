@@ -20,7 +20,7 @@ import psycopg
 
 import outbox
 from bench.common import SCHEMA, emit_json, scratch_database
-from outbox import endpoints as ep
+from outbox.admin import endpoints as ep
 from outbox.receiver import Behaviour, Receiver
 
 

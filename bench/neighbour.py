@@ -36,7 +36,7 @@ from bench.common import SCHEMA, emit_json, percentiles, scratch_database
 from bench.procs import Workers
 from bench.sink import Sink
 from outbox import Event
-from outbox import endpoints as ep
+from outbox.admin import endpoints as ep
 
 BURST_TYPE, QUIET_TYPE = "burst.event", "quiet.event"
 PAYLOAD = {"total": 1999, "currency": "EUR", "customer": "cus_0123456789"}

@@ -39,7 +39,7 @@ from bench.deliver import wait_delivered
 from bench.procs import CpuMeter, Workers
 from bench.sink import Sink
 from outbox import Event
-from outbox import endpoints as ep
+from outbox.admin import endpoints as ep
 
 PAYLOAD = {"id": 0, "total": 1999, "currency": "EUR", "status": "paid"}
 

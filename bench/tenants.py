@@ -25,7 +25,7 @@ import psycopg
 import outbox
 from bench.common import emit_json, percentiles, scratch_database
 from outbox import Event
-from outbox.migrate import migrate
+from outbox.admin.migrations import migrate
 
 FEW, MANY = "outbox_few", "outbox_many"
 

@@ -29,7 +29,7 @@ import psycopg
 import outbox
 from bench.common import SCHEMA, emit_json, scratch_database
 from bench.procs import Workers
-from outbox.db import render
+from outbox._db.connection import render
 from outbox.delivery import queries as wq
 from outbox.settings import Settings
 

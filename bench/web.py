@@ -28,7 +28,7 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
 from bench.common import SCHEMA, emit_json, scratch_database
-from outbox.portal import WebSettings, mint_link
+from outbox.admin.portal import WebSettings, mint_link
 from outbox.web import create_app
 
 TOKEN = "bench-admin-token-0123456789abcdef"  # 32+ characters, as mint_link requires

@@ -19,13 +19,13 @@ import psycopg
 from psycopg.rows import class_row, scalar_row
 
 import outbox
-from outbox import endpoints as ep
-from outbox.db import render
+from outbox._db.connection import render
+from outbox.admin import endpoints as ep
+from outbox.admin.migrations import migrate
 from outbox.delivery import queries
 from outbox.delivery.runner import make_worker_transport
 from outbox.delivery.settings import WorkerSettings
 from outbox.delivery.worker import Worker
-from outbox.migrate import migrate
 from outbox.receiver import Behaviour, Received, Receiver
 from outbox.signing import generate_secret
 

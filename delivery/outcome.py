@@ -33,7 +33,7 @@ from enum import StrEnum
 import aiohttp
 import tenacity
 
-from outbox.ssrf import ResolutionFailed, blocked_reason
+from outbox._security.ssrf import ResolutionFailed, blocked_reason
 
 
 class Verdict(StrEnum):
@@ -222,7 +222,7 @@ def classify_exception(exc: BaseException, duration_ms: float) -> AttemptResult:
     """Classify an attempt that ended in an exception before a status was received.
 
     RETRY (``max_attempts`` bounds a permanent fault), except a refusal by the SSRF guard
-    (:class:`~outbox.ssrf.BlockedAddress` anywhere in the cause chain): DEAD "ssrf".
+    (:class:`~outbox._security.ssrf.BlockedAddress` anywhere in the cause chain): DEAD "ssrf".
     Never raises. Mapping over httpx 0.28's tree::
 
         TransportError

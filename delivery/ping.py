@@ -20,15 +20,15 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from outbox._emit.event import new_id
+from outbox.admin.endpoints import Endpoint
 from outbox.delivery.jobs import Job
 from outbox.delivery.outcome import Verdict
 from outbox.delivery.request import send_job
 from outbox.delivery.runner import make_worker_transport
 from outbox.delivery.sender import Transport
 from outbox.delivery.settings import WorkerSettings
-from outbox.endpoints import Endpoint
 from outbox.errors import InvalidEndpoint
-from outbox.event import new_id
 
 PING_TYPE = "outbox.ping"
 

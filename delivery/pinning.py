@@ -5,7 +5,8 @@
 its resolver returns, so resolving-and-checking there pins the connection: one lookup per
 new connection (no DNS rebinding window), and a host with any non-allowed address raises
 :class:`BlockedAddress`, as does a name RFC 6761 reserves for loopback (``*.localhost``),
-refused by name before any lookup unless loopback is allowed (:func:`~outbox.ssrf.check_name`).
+refused by name before any lookup unless loopback is allowed
+(:func:`~outbox._security.ssrf.check_name`).
 IP-literal hosts, which aiohttp never hands to its resolver, are checked by
 :meth:`GuardedResolver.check_literal` before every request. TLS SNI and certificate checks
 use the URL's hostname, and no proxy is ever used.
@@ -20,7 +21,7 @@ from collections.abc import Iterable
 
 import aiohttp.abc
 
-from outbox.ssrf import (
+from outbox._security.ssrf import (
     BlockedAddress,
     IPAddress,
     IPNetwork,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from outbox.queries import WAKE_CHANNEL, WAKE_KEY
-from outbox.queries.operations import ORDERED_LOCK_ORDER
+from outbox._db.queries import WAKE_CHANNEL, WAKE_KEY
+from outbox._db.queries.operations import ORDERED_LOCK_ORDER
 
 # The claim: lease up to %(limit)s due deliveries, fairly across endpoints.
 #
@@ -227,7 +227,7 @@ advanced AS MATERIALIZED (
       FROM (SELECT DISTINCT endpoint_id, key FROM upd
              WHERE key IS NOT NULL AND state = 'delivered') a
      ORDER BY """ + ORDERED_LOCK_ORDER.format(ep="a.endpoint_id", key="a.key") + """),
--- A promoted delivery is due now: wake an idle worker as emit does (outbox.queries.emit's
+-- A promoted delivery is due now: wake an idle worker as emit does (outbox._db.queries.emit's
 -- wake-up: a NOTIFY only while some worker is idle, else a shared lock an arming worker
 -- waits for), else a key's next delivery would wait for the idle worker's fallback poll.
 woken AS MATERIALIZED (
@@ -371,11 +371,11 @@ SELECT state, count(*) AS deliveries, sum(attempts) AS attempts
   FROM {schema}.deliveries GROUP BY state ORDER BY state
 """
 
-# --- wake-up (outbox.delivery.wakeup; the emitting side is outbox.queries.WAKE*) ---------
+# --- wake-up (outbox.delivery.wakeup; the emitting side is outbox._db.queries.WAKE*) ---------
 # All on the worker's own listening connection (a direct session: LISTEN and session
 # advisory locks do not survive a transaction-mode pooler).
 # LISTEN on the schema's channel (a DO block: LISTEN takes no parameter, and the channel
-# name is computed in SQL, once, by outbox.queries.WAKE_CHANNEL).
+# name is computed in SQL, once, by outbox._db.queries.WAKE_CHANNEL).
 WAKE_LISTEN = "DO $$ BEGIN EXECUTE format('LISTEN %I', " + WAKE_CHANNEL + "); END $$"
 # How long arming may wait for emitting transactions that skipped the NOTIFY to end.
 WAKE_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %s, false)"

@@ -19,7 +19,7 @@ def build_headers(job: Job, body: bytes, *, user_agent: str, timestamp: int) -> 
     """Standard Webhooks headers, signed by the current secret and, during a rotation's
     grace period, the previous one too; ``Idempotency-Key`` equals ``webhook-id``.
     The endpoint's custom headers come first and cannot override these. ``traceparent``
-    carries the emitting span's trace context when there was one (outbox.tracing)."""
+    carries the emitting span's trace context when there was one (outbox._emit.tracing)."""
     secrets = (job.secret, job.previous_secret) if job.previous_secret else (job.secret,)
     msg_id = job.webhook_id
     # no custom headers: Accept-Encoding first, where send() looks for it (else it copies)

@@ -1,4 +1,4 @@
-"""The worker's periodic pruning: :func:`outbox.retention.prune` on a timer, and the
+"""The worker's periodic pruning: :func:`outbox.admin.retention.prune` on a timer, and the
 repair pass of ordered keys left without a head (:func:`repair_once`).
 
 Guarantees: at most one worker prunes a schema at a time (a session advisory lock, skipped
@@ -21,11 +21,11 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.rows import scalar_row
 
-from outbox.db import render
+from outbox._db.connection import render
+from outbox.admin.retention import PruneResult, prune
 from outbox.delivery import queries
 from outbox.delivery.settings import WorkerSettings
 from outbox.errors import OutboxError
-from outbox.retention import PruneResult, prune
 
 log = logging.getLogger("outbox.worker")
 

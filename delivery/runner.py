@@ -6,12 +6,12 @@ import asyncio
 import signal
 from collections.abc import Iterable
 
+from outbox._security.ssrf import parse_networks
 from outbox.delivery import health
 from outbox.delivery.pinning import GuardedResolver
 from outbox.delivery.sender import Transport, make_transport
 from outbox.delivery.settings import WorkerSettings
 from outbox.delivery.worker import Worker
-from outbox.ssrf import parse_networks
 
 
 def make_worker_transport(settings: WorkerSettings) -> Transport:

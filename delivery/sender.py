@@ -227,7 +227,7 @@ class Transport:
 
     def target(self, url: str) -> URL:
         """``url`` parsed (once per distinct URL), its host checked if it is an IP literal;
-        raises :class:`~outbox.ssrf.BlockedAddress` if that address is not allowed."""
+        raises :class:`~outbox._security.ssrf.BlockedAddress` if that address is not allowed."""
         parsed = self._urls.get(url)
         if parsed is None:
             if len(self._urls) >= 4096:

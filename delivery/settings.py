@@ -57,7 +57,7 @@ class WorkerSettings(Settings):
     @field_validator("allow_networks")
     @classmethod
     def _check_networks(cls, value: str) -> str:
-        from outbox.ssrf import parse_networks
+        from outbox._security.ssrf import parse_networks
 
         parse_networks(value)  # ValueError names the bad item
         return value

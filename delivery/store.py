@@ -20,11 +20,11 @@ import tenacity
 from psycopg.rows import AsyncRowFactory, RowMaker, class_row, no_result
 from psycopg_pool import AsyncConnectionPool
 
-from outbox.db import render, translated
+from outbox._db.connection import render, translated
+from outbox._security.secretbox import SecretBox
 from outbox.delivery import queries
 from outbox.delivery.jobs import Completion, Job
 from outbox.delivery.settings import WorkerSettings
-from outbox.secretbox import SecretBox
 
 log = logging.getLogger("outbox.worker")
 T = TypeVar("T")

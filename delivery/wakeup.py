@@ -2,7 +2,7 @@
 work, and only while some worker is idle.
 
 The design ("idle sentinel"): at most one idle worker per database and schema, the
-*sentinel*, holds the session advisory lock ``outbox.queries.WAKE_KEY`` exclusively on its
+*sentinel*, holds the session advisory lock ``outbox._db.queries.WAKE_KEY`` exclusively on its
 own listening connection. An emitting transaction that wrote deliveries tries that key in
 shared mode (never waiting): if a sentinel holds it, or is waiting to take it, the try
 fails and the transaction sends one payload-less ``pg_notify`` on the schema's channel; if
@@ -68,7 +68,7 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 
-from outbox.db import render
+from outbox._db.connection import render
 from outbox.delivery import queries
 from outbox.delivery.settings import WorkerSettings
 

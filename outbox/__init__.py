@@ -13,7 +13,8 @@ an asyncpg connection or a SQLAlchemy async session (``emit_async``); in Django,
 Importing ``outbox`` never imports the worker's dependencies (httpx and friends).
 """
 
-from outbox.emit import emit, emit_async, emit_many, emit_many_async
+from outbox._emit.api import emit, emit_async, emit_many, emit_many_async
+from outbox._emit.event import Event
 from outbox.errors import (
     ConfigurationError,
     DatabaseError,
@@ -31,7 +32,6 @@ from outbox.errors import (
     OutboxError,
     SchemaMissing,
 )
-from outbox.event import Event
 from outbox.settings import Settings, get_settings
 from outbox.signing import generate_secret, verify
 

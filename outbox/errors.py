@@ -36,7 +36,7 @@ class ConfigurationError(OutboxError):
 
 
 class DatabaseError(OutboxError):
-    """A PostgreSQL error, translated from psycopg at one edge (:mod:`outbox.db`)."""
+    """A PostgreSQL error, translated from psycopg at one edge (:mod:`outbox._db.connection`)."""
 
 
 class DatabaseUnavailable(DatabaseError):

@@ -47,8 +47,8 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import scalar_row
 
-from outbox import queries
-from outbox.db import render, translated
+from outbox._db import queries
+from outbox._db.connection import render, translated
 from outbox.errors import (
     InvalidEndpoint,
     InvalidSignature,

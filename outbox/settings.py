@@ -16,8 +16,8 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from outbox._security.secretbox import SecretBox
 from outbox.errors import ConfigurationError
-from outbox.secretbox import SecretBox
 
 DEFAULT_DATABASE_URL = "postgresql://127.0.0.1:5432/postgres"
 SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -60,7 +60,7 @@ class Settings(BaseSettings):
     @field_validator("allow_networks")
     @classmethod
     def _check_allow_networks(cls, value: str) -> str:
-        from outbox.ssrf import parse_networks
+        from outbox._security.ssrf import parse_networks
 
         parse_networks(value)  # ValueError names the bad item
         return value

@@ -14,10 +14,10 @@ import click
 import psycopg
 from pydantic import ValidationError
 
-from outbox.db import connect
+from outbox._db.connection import connect
+from outbox._security.ssrf import IPNetwork, parse_networks
 from outbox.errors import ConfigurationError, OutboxError
 from outbox.settings import Settings
-from outbox.ssrf import IPNetwork, parse_networks
 
 
 @dataclass

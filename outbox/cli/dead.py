@@ -9,11 +9,11 @@ import socket
 
 import click
 
-from outbox import deadletter as dl
+from outbox.admin import deadletter as dl
+from outbox.admin.endpoints import parse_id
 from outbox.cli import Context, cli, pass_ctx
 from outbox.cli.output import cut, echo_json, print_table, when
 from outbox.cli.params import TIME_HELP, When, check_range, tenant_option
-from outbox.endpoints import parse_id
 
 
 def selection_options(func: click.decorators.FC) -> click.decorators.FC:

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from outbox import endpoints as ep
+from outbox.admin import endpoints as ep
 from outbox.cli import Context, Failed, pass_ctx, worker_seam
 from outbox.cli.endpoints import endpoint_json, endpoints, parse_headers, print_warnings
 from outbox.cli.output import cut, echo_json, when

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from outbox import endpoints as ep
+from outbox.admin import endpoints as ep
 from outbox.cli import Context, cli, pass_ctx
 from outbox.cli.output import print_table
 from outbox.cli.params import delivery_options, tenant_option

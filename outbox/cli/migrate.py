@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
+from outbox.admin.migrations import migrate as apply_migrations
+from outbox.admin.migrations import script
 from outbox.cli import Context, cli, pass_ctx
-from outbox.migrate import migrate as apply_migrations
-from outbox.migrate import script
 
 
 @cli.command()

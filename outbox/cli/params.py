@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
-from outbox import timeparse
+from outbox.admin import _timeparse
 
 
 class Duration(click.ParamType[dt.timedelta]):
@@ -27,11 +27,11 @@ class Duration(click.ParamType[dt.timedelta]):
         if isinstance(value, dt.timedelta):
             return value
         try:
-            duration = timeparse.parse_duration(str(value))
+            duration = _timeparse.parse_duration(str(value))
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
         if duration < self.minimum:
-            self.fail(f"{value!r} is shorter than {timeparse.format_duration(self.minimum)}",
+            self.fail(f"{value!r} is shorter than {_timeparse.format_duration(self.minimum)}",
                       param, ctx)
         return duration
 
@@ -46,7 +46,7 @@ class When(click.ParamType[dt.datetime]):
         if isinstance(value, dt.datetime):
             return value
         try:
-            return timeparse.parse_when(str(value))
+            return _timeparse.parse_when(str(value))
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
 

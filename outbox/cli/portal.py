@@ -7,10 +7,10 @@ import json
 
 import click
 
-from outbox import portal
+from outbox._emit.event import check_tenant
+from outbox.admin import portal
 from outbox.cli import Context, cli, pass_ctx
 from outbox.cli.params import Duration
-from outbox.event import check_tenant
 
 
 @cli.command("portal-link")

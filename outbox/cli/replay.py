@@ -8,7 +8,7 @@ import socket
 
 import click
 
-from outbox import deadletter as dl
+from outbox.admin import deadletter as dl
 from outbox.cli import Context, cli, pass_ctx
 from outbox.cli.dead import make_selection, selection_options
 from outbox.cli.output import echo_json, print_table, progress

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
+from outbox._security.secretbox import generate_key
+from outbox.admin.secrets import reencrypt as reencrypt_all
 from outbox.cli import Context, cli, pass_ctx
-from outbox.secretbox import generate_key
-from outbox.secrets_at_rest import reencrypt as reencrypt_all
 
 
 @cli.group()

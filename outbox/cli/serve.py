@@ -10,9 +10,9 @@ from typing import Any
 import click
 from pydantic import SecretStr
 
+from outbox.admin.portal import check_secrets, web_settings
 from outbox.cli import Context, cli, pass_ctx
 from outbox.errors import ConfigurationError
-from outbox.portal import check_secrets, web_settings
 
 LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost"})
 

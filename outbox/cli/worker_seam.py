@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from outbox.admin.endpoints import Endpoint
 from outbox.cli import invalid_settings
-from outbox.endpoints import Endpoint
 from outbox.errors import ConfigurationError
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ In a revision of your own (``alembic revision -m "outbox"``)::
         pass  # the outbox schema stays: it may hold undelivered events
 
 Guarantees: the same SQL files, checks and advisory lock as ``outbox migrate``
-(:func:`outbox.migrate.apply_in_transaction`), run through the revision's own connection
+(:func:`outbox.admin.migrations.apply_in_transaction`), run through the revision's own connection
 (``op.get_bind()``) inside Alembic's transaction, so they commit with the revision and with
 Alembic's version row, or not at all. The caller's ``search_path`` is unchanged afterwards
 (later unqualified DDL still lands where it would have). Applying it on a schema that
@@ -36,9 +36,9 @@ from typing import Any, Protocol
 import sqlalchemy.util
 from alembic.operations import Operations
 
-from outbox import queries
+from outbox._db import queries
+from outbox.admin.migrations import Cursor, Migration, apply_in_transaction, available
 from outbox.errors import ConfigurationError
-from outbox.migrate import Cursor, Migration, apply_in_transaction, available
 from outbox.settings import get_settings
 
 __all__ = ["upgrade"]
@@ -70,7 +70,7 @@ def upgrade(op: Operations | None = None, *, schema: str | None = None,
 
 
 class _ClosingCursor(Cursor, Protocol):
-    """A :class:`~outbox.migrate.Cursor` that :func:`upgrade` closes when done."""
+    """A :class:`~outbox.admin.migrations.Cursor` that :func:`upgrade` closes when done."""
 
     def close(self) -> None: ...
 

@@ -1,4 +1,4 @@
-"""``/api/endpoints``: the operator's endpoint routes, over :mod:`outbox.endpoints` (the
+"""``/api/endpoints``: the operator's endpoint routes, over :mod:`outbox.admin.endpoints` (the
 functions ``outbox endpoints ...`` calls). Secrets appear only in the answers of create
 (when generated) and rotate, once."""
 
@@ -9,8 +9,8 @@ from typing import Any
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import JSONResponse
 
-from outbox import endpoints as ep
-from outbox import events as ev
+from outbox.admin import endpoints as ep
+from outbox.admin import events as ev
 from outbox.web import worker_seam
 from outbox.web.deps import (
     AppSettings,

@@ -1,5 +1,5 @@
 """``/api/events``, ``/api/dead``, ``/api/stats``: the operator's read and replay routes,
-over :mod:`outbox.events`, :mod:`outbox.deadletter` and :mod:`outbox.stats` (the
+over :mod:`outbox.admin.events`, :mod:`outbox.admin.deadletter` and :mod:`outbox.admin.stats` (the
 functions ``outbox dead``, ``outbox replay`` and ``outbox stats`` call)."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from typing import Any
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from outbox import deadletter as dl
-from outbox import events as ev
-from outbox import stats as st
-from outbox.portal import mint_link
+from outbox.admin import deadletter as dl
+from outbox.admin import events as ev
+from outbox.admin import stats as st
+from outbox.admin.portal import mint_link
 from outbox.web.deps import (
     AppSettings,
     Conn,

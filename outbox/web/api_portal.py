@@ -16,9 +16,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Response
 from fastapi.responses import JSONResponse
 
-from outbox import deadletter as dl
-from outbox import endpoints as ep
-from outbox import events as ev
+from outbox.admin import deadletter as dl
+from outbox.admin import endpoints as ep
+from outbox.admin import events as ev
 from outbox.errors import DeliveryNotFound, EndpointNotFound, OperationRefused
 from outbox.web.api_ops import Limit, dead_cursor, run_replay
 from outbox.web.auth import require_portal

@@ -17,11 +17,11 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from outbox import queries
-from outbox.db import connect, render, translated
+from outbox._db import queries
+from outbox._db.connection import connect, render, translated
+from outbox.admin.migrations import available
+from outbox.admin.portal import WebSettings, web_settings
 from outbox.errors import OutboxError
-from outbox.migrate import available
-from outbox.portal import WebSettings, web_settings
 from outbox.settings import Settings
 from outbox.web import api_endpoints, api_ops, api_portal, auth, console, errors, portal_pages
 

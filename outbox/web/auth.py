@@ -2,11 +2,11 @@
 
 - **Operators** send ``Authorization: Bearer $OUTBOX_ADMIN_TOKEN`` (compared in constant
   time), or sign in at ``/login`` with that token and get a session cookie (``Secure``,
-  ``HttpOnly``, ``SameSite=Strict``), signed (:mod:`outbox.portal`) and bound to the token:
+  ``HttpOnly``, ``SameSite=Strict``), signed (:mod:`outbox.admin.portal`) and bound to the token:
   changing ``OUTBOX_ADMIN_TOKEN`` ends every session. No token configured: nobody is an
   operator (``outbox serve`` makes a one-off token for loopback use).
 - **Portal sessions** start at ``/portal/enter?token=...`` (a link from
-  :func:`outbox.portal.mint_link`) and carry exactly one tenant. Their cookie is
+  :func:`outbox.admin.portal.mint_link`) and carry exactly one tenant. Their cookie is
   ``SameSite=Lax``, not Strict, so that a link clicked in an e-mail (a cross-site
   navigation) still lands signed in; every unsafe request still needs the CSRF token.
 - **CSRF.** Every unsafe method (POST, PUT, PATCH, DELETE) authenticated by a cookie must
@@ -28,7 +28,7 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from outbox.portal import InvalidToken, WebSettings, open_link, open_token, sign, signing_key
+from outbox.admin.portal import InvalidToken, WebSettings, open_link, open_token, sign, signing_key
 from outbox.web.errors import CsrfRefused, NotAuthenticated, error_response
 
 OPERATOR_COOKIE = "outbox_session"

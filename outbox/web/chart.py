@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from outbox.console_data import Minute
+from outbox.admin.activity import Minute
 
 LEFT = 52.0  # room for the y-axis labels
 BOTTOM = 22.0  # room for the x-axis labels

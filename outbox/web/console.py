@@ -3,8 +3,9 @@
 Every page needs the operator session (:func:`outbox.web.auth.require_operator`); without
 it a page answers 303 to ``/login``. Every form POST carries the session's CSRF token
 (:func:`outbox.web.auth.verify_csrf`). Data comes from the library functions the CLI and
-the JSON API use: :mod:`outbox.stats`, :mod:`outbox.events`, :mod:`outbox.endpoints`,
-:mod:`outbox.deadletter`, :mod:`outbox.console_data`.
+the JSON API use: :mod:`outbox.admin.stats`, :mod:`outbox.admin.events`,
+:mod:`outbox.admin.endpoints`,
+:mod:`outbox.admin.deadletter`, :mod:`outbox.admin.activity`.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import psycopg
 from fastapi import APIRouter, Depends, Form, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, Response
 
-from outbox import console_data, deadletter, stats
-from outbox import endpoints as ep
-from outbox import events as ev
+from outbox.admin import activity, deadletter, stats
+from outbox.admin import endpoints as ep
+from outbox.admin import events as ev
 from outbox.web import auth
 from outbox.web.auth import web_settings
 from outbox.web.chart import NARROW, WIDE, backlog_chart, rate_chart
@@ -72,7 +73,7 @@ def stylesheet() -> FileResponse:
 def overview(request: Request, page: Page, conn: Conn) -> Response:
     """Due count, oldest due, backlog, dead letters, and the last hour as two charts."""
     schema = _schema(request)
-    minutes = console_data.last_hour(conn, schema=schema)
+    minutes = activity.last_hour(conn, schema=schema)
     per_endpoint = stats.by_endpoint(conn, schema=schema)
     attention = [(e, why) for e in per_endpoint if (why := _attention(e))]
     context = {

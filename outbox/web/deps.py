@@ -14,11 +14,11 @@ import psycopg
 from fastapi import Depends, Request
 from fastapi.responses import JSONResponse
 
-from outbox import timeparse
-from outbox.db import connect
-from outbox.endpoints import Endpoint
-from outbox.portal import WebSettings
-from outbox.ssrf import IPNetwork, parse_networks
+from outbox._db.connection import connect
+from outbox._security.ssrf import IPNetwork, parse_networks
+from outbox.admin import _timeparse
+from outbox.admin.endpoints import Endpoint
+from outbox.admin.portal import WebSettings
 from outbox.web.auth import web_settings
 from outbox.web.errors import ApiError
 
@@ -50,14 +50,14 @@ def when(name: str, value: str | None) -> dt.datetime | None:
     if value is None:
         return None
     try:
-        return timeparse.parse_when(value)
+        return _timeparse.parse_when(value)
     except ValueError as exc:
         raise ApiError(422, "invalid_parameter", f"{name}: {exc}") from None
 
 
 def duration(name: str, value: str) -> dt.timedelta:
     try:
-        return timeparse.parse_duration(value)
+        return _timeparse.parse_duration(value)
     except ValueError as exc:
         raise ApiError(422, "invalid_parameter", f"{name}: {exc}") from None
 

@@ -16,8 +16,8 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from outbox import errors
-from outbox.events import EventNotFound
-from outbox.portal import InvalidToken
+from outbox.admin.events import EventNotFound
+from outbox.admin.portal import InvalidToken
 
 log = logging.getLogger("outbox.web")
 

@@ -18,6 +18,7 @@ from fastapi import HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
+from outbox.admin.events import EventNotFound
 from outbox.errors import (
     ConfigurationError,
     DeliveryNotFound,
@@ -26,7 +27,6 @@ from outbox.errors import (
     InvalidEvent,
     OperationRefused,
 )
-from outbox.events import EventNotFound
 
 HERE = Path(__file__).resolve().parent
 STATIC = HERE / "static"

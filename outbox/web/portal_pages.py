@@ -19,9 +19,9 @@ import psycopg
 from fastapi import APIRouter, Depends, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, Response
 
-from outbox import deadletter
-from outbox import endpoints as ep
-from outbox import events as ev
+from outbox.admin import deadletter
+from outbox.admin import endpoints as ep
+from outbox.admin import events as ev
 from outbox.errors import DeliveryNotFound, EndpointNotFound, OperationRefused
 from outbox.web import auth
 from outbox.web.deps import connection, portal_allow_networks

@@ -1,5 +1,5 @@
 """The replay confirmation both the console and the portal show: a dry run
-(:func:`outbox.deadletter.plan_replay`) of the selection, then a form that runs it.
+(:func:`outbox.admin.deadletter.plan_replay`) of the selection, then a form that runs it.
 
 A selection arrives as query or form fields, the CLI's selectors: ``ids`` (comma-separated
 delivery ids), ``endpoint`` (an endpoint id), ``event_type`` and ``tenant``. Parsing
@@ -16,8 +16,8 @@ import psycopg
 from fastapi import Request
 from fastapi.responses import Response
 
-from outbox import deadletter
-from outbox import endpoints as ep
+from outbox.admin import deadletter
+from outbox.admin import endpoints as ep
 from outbox.web.pages import BAD_INPUT, NOT_FOUND, render
 
 FIELDS = ("ids", "endpoint", "event_type", "tenant")
@@ -32,7 +32,7 @@ def selection_query(params: Mapping[str, str]) -> dict[str, str]:
 
 def selection_from(params: Mapping[str, str], *, tenant: str | None = None
                    ) -> deadletter.Selection:
-    """The :class:`~outbox.deadletter.Selection` the fields describe; ``tenant`` (the
+    """The :class:`~outbox.admin.deadletter.Selection` the fields describe; ``tenant`` (the
     portal's) overrides any given one."""
     given = selection_query(params)
     ids = tuple(deadletter.parse_delivery_id(part) for part in given.get("ids", "").split(",")

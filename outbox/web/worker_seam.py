@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from outbox.endpoints import Endpoint
+from outbox.admin.endpoints import Endpoint
 from outbox.errors import ConfigurationError
 from outbox.settings import Settings
 

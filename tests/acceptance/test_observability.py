@@ -13,10 +13,10 @@ from collections.abc import Callable
 import psycopg
 import pytest
 
+from outbox.admin.migrations import migrate
 from outbox.delivery.runner import run_worker
 from outbox.delivery.settings import WorkerSettings
 from outbox.devdb import TempCluster
-from outbox.migrate import migrate
 from outbox.receiver import Behaviour, Receiver
 from tests.support.net import free_port
 from tests.support.pg import SCHEMA

@@ -60,7 +60,7 @@ def _register(db_url: str, rx_url: str, rng: random.Random) -> list[Spec]:
             endpoint = add_endpoint(db_url, rx_url + spec.path, tenant=spec.tenant,
                                     all_tenants=spec.all_tenants, event_types=spec.filters)
             if not spec.enabled:
-                outbox.endpoints.set_enabled(c, endpoint, False, schema="outbox")
+                outbox.admin.endpoints.set_enabled(c, endpoint, False, schema="outbox")
     return specs
 
 

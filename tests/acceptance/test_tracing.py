@@ -40,7 +40,7 @@ def test_traceparent_round_trip(db_url: str) -> None:
 def test_no_opentelemetry_is_a_no_op() -> None:
     code = (
         "import sys; sys.modules['opentelemetry'] = None\n"
-        "from outbox.tracing import current_traceparent\n"
+        "from outbox._emit.tracing import current_traceparent\n"
         "assert current_traceparent() is None\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

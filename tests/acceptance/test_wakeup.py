@@ -17,12 +17,12 @@ import psycopg
 import pytest
 
 import outbox
-from outbox.db import render
+from outbox._db.connection import render
+from outbox.admin.migrations import migrate
 from outbox.delivery import queries as wq
 from outbox.delivery.sender import make_transport
 from outbox.delivery.settings import WorkerSettings
 from outbox.delivery.worker import Worker
-from outbox.migrate import migrate
 from outbox.receiver import Behaviour, Receiver
 from outbox.settings import Settings
 from tests.support.pg import SCHEMA
@@ -134,7 +134,7 @@ def test_two_schemas_do_not_wake_each_other(db_url: str) -> None:
 
     with Receiver(secret=SECRET) as rx:
         with psycopg.connect(db_url, autocommit=True) as c:
-            outbox.endpoints.add(c, rx.url + "/b", schema=OTHER, secret=SECRET)
+            outbox.admin.endpoints.add(c, rx.url + "/b", schema=OTHER, secret=SECRET)
         add_endpoint(db_url, rx.url + "/a")
         asyncio.run(scenario(rx))
 

@@ -8,7 +8,7 @@ import json
 import psycopg
 import pytest
 
-from outbox import endpoints as ep
+from outbox.admin import endpoints as ep
 from outbox.delivery.jobs import Completion
 from outbox.delivery.store import Store
 from outbox.receiver import Behaviour, Receiver

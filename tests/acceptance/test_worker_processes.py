@@ -11,8 +11,8 @@ from contextlib import contextmanager
 import psycopg
 import pytest
 
+from outbox.admin.migrations import migrate
 from outbox.devdb import TempCluster
-from outbox.migrate import migrate
 from outbox.receiver import Behaviour, Receiver
 from tests.support.pg import SCHEMA
 from tests.support.workers import (

@@ -13,10 +13,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from outbox import endpoints as ep
+from outbox._security.ssrf import parse_networks
+from outbox.admin import endpoints as ep
 from outbox.delivery.supervisor import KILL_AFTER_GRACE
 from outbox.signing import decode_secret
-from outbox.ssrf import parse_networks
 from tests.deploy.files import (
     BACKLOG_QUERY,
     DEPLOY,

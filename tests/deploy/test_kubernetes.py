@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 import outbox
-from outbox import endpoints as ep
+from outbox.admin import endpoints as ep
 from tests.deploy.files import (
     BACKLOG_QUERY,
     K8S,

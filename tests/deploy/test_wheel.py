@@ -41,7 +41,7 @@ def test_installed_wheel_imports_worker_and_cli(wheel: Path, tmp_path: Path) -> 
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
                     "--disable-pip-version-check", "--target", str(target), str(wheel)],
                    check=True)
-    code = ("import outbox.delivery.worker as w, outbox.cli, outbox.migrate as m;"
+    code = ("import outbox.delivery.worker as w, outbox.cli, outbox.admin.migrations as m;"
             "print(w.__file__); print(len(m.available()))")
     done = subprocess.run([sys.executable, "-I", "-c",
                            f"import sys; sys.path.insert(0, {str(target)!r}); {code}"],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from outbox import ssrf
+from outbox._security import ssrf
 from tests.support.guarded_http import Stub
 
 

@@ -17,8 +17,8 @@ import pytest
 from sqlalchemy import Connection, pool
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from outbox.admin.migrations import available
 from outbox.contrib.alembic import _cursor
-from outbox.migrate import available
 from tests.support.pg import outbox_migrations
 from tests.support.workers import rows, wait_until
 
@@ -92,7 +92,7 @@ def test_schema_from_outbox_schema_setting(blank_db_url: str) -> None:
 
 def test_waits_for_the_outbox_migrate_lock(blank_db_url: str) -> None:
     with psycopg.connect(blank_db_url) as holder:
-        holder.execute("SELECT pg_advisory_xact_lock(hashtext('outbox.migrate'),"
+        holder.execute("SELECT pg_advisory_xact_lock(hashtext('outbox.admin.migrations'),"
                        " hashtext('outbox'))")
         proc = subprocess.Popen([sys.executable, "-m", "alembic", "-c", str(INI), "upgrade",
                                  "head"], env=_env(blank_db_url, "psycopg"), cwd=ROOT,

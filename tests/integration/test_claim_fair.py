@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 
-from outbox.db import render
+from outbox._db.connection import render
 from outbox.delivery import queries
 from tests.support.pg import SCHEMA
 

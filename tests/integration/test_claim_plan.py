@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from outbox.db import render
+from outbox._db.connection import render
 from outbox.delivery import queries
 from tests.support.pg import SCHEMA
 from tests.support.workers import SECRET, add_endpoint, emit
@@ -117,9 +117,9 @@ def test_completion_plan_finds_rows_by_primary_key(db_url: str) -> None:
 
 def test_claim_rows_are_jobs_by_name(db_url: str) -> None:
     """The claim's columns are Job's fields; job_row refuses a result that is not a Job."""
+    from outbox._security.secretbox import SecretBox
     from outbox.delivery.jobs import Job
     from outbox.delivery.store import job_row
-    from outbox.secretbox import SecretBox
 
     endpoint = add_endpoint(db_url, "https://example.com/h", headers={"X-Team": "billing"})
     (event,) = emit(db_url, 1, "x")

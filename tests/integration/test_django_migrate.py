@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from outbox.migrate import available, migrate
+from outbox.admin.migrations import available, migrate
 from tests.support.pg import outbox_migrations
 from tests.support.workers import rows, wait_until
 
@@ -75,7 +75,7 @@ def test_migrate_creates_outbox_and_app_schema(blank_db_url: str, driver: str) -
 
 
 def test_schema_from_outbox_migrate_is_recognised(db_url: str) -> None:
-    before = outbox_migrations(db_url)  # db_url: migrated by outbox.migrate.migrate
+    before = outbox_migrations(db_url)  # db_url: migrated by outbox.admin.migrations.migrate
     assert [r[0] for r in before] == ALL
     manage(db_url, "migrate")
     assert outbox_migrations(db_url) == before
@@ -90,7 +90,7 @@ def test_later_outbox_release_applied_by_plain_migrate(
     the new files from `manage.py migrate` alone: no new Django migration file."""
     manage(blank_db_url, "migrate", "contenttypes", driver=driver)
     older = available()[:3]
-    monkeypatch.setattr("outbox.migrate.available", lambda *, inbox=False: older)
+    monkeypatch.setattr("outbox.admin.migrations.available", lambda *, inbox=False: older)
     with psycopg.connect(blank_db_url, autocommit=True) as c:
         migrate(c, "outbox")
         c.execute("INSERT INTO django_migrations (app, name, applied)"
@@ -117,7 +117,7 @@ def test_waits_for_the_outbox_migrate_lock(blank_db_url: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OUTBOX_", "TEST_DJ"))}
     env |= {"TEST_DJANGO_DB_URL": blank_db_url}
     with psycopg.connect(blank_db_url) as holder:
-        holder.execute("SELECT pg_advisory_xact_lock(hashtext('outbox.migrate'),"
+        holder.execute("SELECT pg_advisory_xact_lock(hashtext('outbox.admin.migrations'),"
                        " hashtext('outbox'))")
         proc = subprocess.Popen([sys.executable, str(MANAGE), "migrate"], env=env, cwd=ROOT,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -14,7 +14,7 @@ from psycopg.rows import dict_row
 
 import outbox
 from outbox import Event, InvalidEvent, NotInTransaction, SchemaMissing, Settings
-from outbox import endpoints as ep
+from outbox.admin import endpoints as ep
 from tests.support.pg import SCHEMA, count
 
 
@@ -205,7 +205,7 @@ def test_async_commit_and_rollback(db_url: str) -> None:
 
 
 def test_deadlock_is_not_reported_as_unreachable(db_url: str) -> None:
-    from outbox.db import translated
+    from outbox._db.connection import translated
     from outbox.errors import DatabaseError, DatabaseUnavailable
 
     with pytest.raises(DatabaseError, match="DeadlockDetected") as info, translated(db_url):

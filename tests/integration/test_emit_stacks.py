@@ -31,10 +31,10 @@ from outbox import (
     OutboxError,
     SchemaMissing,
     Settings,
-    queries,
 )
-from outbox.db import render
-from outbox.drivers.base import bind, to_dollar
+from outbox._db import queries
+from outbox._db.connection import render
+from outbox._emit.drivers.base import bind, to_dollar
 from tests.support.pg import SCHEMA, count
 from tests.support.stacks import ORDERS, STACKS, Psycopg2, Stack, sa_url
 from tests.support.workers import add_endpoint, rows

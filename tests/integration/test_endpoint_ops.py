@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 import outbox
-from outbox import endpoints as ep
+from outbox.admin import endpoints as ep
 from outbox.receiver import Behaviour, Receiver
 from tests.support.cli import execute, invoke, snapshot
 from tests.support.pg import SCHEMA, count

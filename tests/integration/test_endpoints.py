@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from outbox import EndpointNotFound, InvalidEndpoint
-from outbox import endpoints as ep
+from outbox.admin import endpoints as ep
 from tests.support.cli import run_cli
 from tests.support.pg import SCHEMA, count
 

@@ -20,8 +20,8 @@ from outbox import (
     NotInTransaction,
     SchemaMissing,
 )
+from outbox.admin.migrations import migrate
 from outbox.inbox import Received, receive, receive_async
-from outbox.migrate import migrate
 from outbox.signing import generate_secret, webhook_headers
 from tests.support.pg import SCHEMA
 

@@ -11,8 +11,8 @@ import psycopg
 import pytest
 
 from outbox import OperationRefused
+from outbox.admin.migrations import available, migrate, script
 from outbox.inbox import prune
-from outbox.migrate import available, migrate, script
 from tests.support.cli import execute, invoke
 from tests.support.pg import SCHEMA
 

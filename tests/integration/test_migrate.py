@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from outbox import MigrationError
-from outbox.migrate import available, migrate, script
+from outbox.admin.migrations import available, migrate, script
 
 
 def _tables(url: str, schema: str) -> set[str]:

@@ -15,9 +15,9 @@ import psycopg
 import pytest
 
 import outbox
-from outbox import deadletter as dl
-from outbox import stats as st
-from outbox.db import render
+from outbox._db.connection import render
+from outbox.admin import deadletter as dl
+from outbox.admin import stats as st
 from outbox.delivery import queries as dq
 from outbox.errors import DeliveryNotFound, OperationRefused
 from outbox.receiver import Behaviour, Receiver
@@ -379,7 +379,7 @@ def test_endpoint_ordered_flag_via_cli_and_library(db_url: str) -> None:
     on = invoke(db_url, "endpoints", "update", eid, "--ordered", "--json")
     assert json.loads(on.output)["ordered"] is True
     with psycopg.connect(db_url, autocommit=True) as c:
-        from outbox import endpoints as ep
+        from outbox.admin import endpoints as ep
         from outbox.errors import InvalidEndpoint
         with pytest.raises(InvalidEndpoint):
             ep.add(c, "http://127.0.0.1:9/y", schema=SCHEMA, ordered="yes")  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 import outbox
-from outbox import migrate as mg
+from outbox.admin import migrations as mg
 from tests.support.pg import SCHEMA
 from tests.support.workers import add_endpoint, drain, settings
 

@@ -13,8 +13,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from outbox import deadletter as dl
-from outbox.db import render
+from outbox._db.connection import render
+from outbox.admin import deadletter as dl
 from outbox.delivery import queries as dq
 from outbox.delivery.retention_task import RepairPosition, repair_once
 from outbox.delivery.store import Store

@@ -9,11 +9,11 @@ from typing import Any
 
 import psycopg
 
-from outbox import endpoints as ep
+from outbox._security.secretbox import SecretBox
+from outbox.admin import endpoints as ep
 from outbox.delivery.outcome import Verdict
 from outbox.delivery.ping import PING_TYPE, PingResult, ping
 from outbox.receiver import Behaviour, Receiver
-from outbox.secretbox import SecretBox
 from outbox.signing import verify
 from tests.support.cli import snapshot
 from tests.support.pg import SCHEMA

@@ -1,4 +1,4 @@
-"""`outbox prune` / outbox.retention.prune: deletes exactly what is past retention."""
+"""`outbox prune` / outbox.admin.retention.prune: deletes exactly what is past retention."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import uuid
 import psycopg
 import pytest
 
-from outbox import retention
+from outbox.admin import retention
 from outbox.errors import OperationRefused
 from tests.support.cli import delivery_ids, execute, invoke, kill, old_uuid7, snapshot
 from tests.support.pg import SCHEMA

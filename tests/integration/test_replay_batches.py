@@ -8,7 +8,7 @@ import threading
 import psycopg
 import pytest
 
-from outbox import deadletter as dl
+from outbox.admin import deadletter as dl
 from outbox.errors import OperationRefused
 from outbox.receiver import Behaviour, Receiver
 from tests.support.cli import delivery_ids, execute, invoke, kill

@@ -14,7 +14,7 @@ from psycopg import sql
 
 import outbox
 from outbox import DatabaseError, Event
-from outbox import endpoints as ep
+from outbox.admin import endpoints as ep
 from tests.support.pg import SCHEMA
 from tests.support.workers import add_endpoint, drain, settings, states
 

@@ -10,8 +10,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from outbox import queries
-from outbox.db import render
+from outbox._db import queries
+from outbox._db.connection import render
 from tests.support.pg import SCHEMA
 
 TENANTS = 5_000

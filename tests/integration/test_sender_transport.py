@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
+from outbox._security.ssrf import parse_networks
 from outbox.delivery.outcome import AttemptResult, Verdict
 from outbox.delivery.pinning import GuardedResolver
 from outbox.delivery.sender import DEFAULT_BODY_CAP, PhaseTimeouts, make_transport, send
 from outbox.receiver import Behaviour, Receiver, gzip_bomb
-from outbox.ssrf import parse_networks
 from tests.support.guarded_http import Server, serving
 
 BODY = b'{"type":"order.paid"}'

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from outbox import ssrf
+from outbox._security import ssrf
 from outbox.delivery.outcome import AttemptResult, Verdict
 from tests.support.guarded_http import (
     HOST,

@@ -1,6 +1,6 @@
 """A small tenant's dead-letter plan and per-endpoint stats cost its own endpoints' rows,
 not every tenant's: another tenant's 20,000 dead and recently finished deliveries cost no
-probe of their events (outbox.queries.operations: DEAD_SUMMARY_TENANT, _carried)."""
+probe of their events (outbox._db.queries.operations: DEAD_SUMMARY_TENANT, _carried)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 
 import psycopg
 
-from outbox import deadletter as dl
-from outbox import endpoints as ep
-from outbox import stats as st
+from outbox.admin import deadletter as dl
+from outbox.admin import endpoints as ep
+from outbox.admin import stats as st
 from tests.support.pg import SCHEMA
 
 BIG = 20_000

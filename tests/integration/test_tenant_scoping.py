@@ -17,11 +17,12 @@ import psycopg
 import pytest
 
 import outbox
-from outbox import deadletter as dl
-from outbox import queries, retention
-from outbox import stats as st
+from outbox._db import queries
+from outbox._db.connection import render
+from outbox.admin import deadletter as dl
+from outbox.admin import retention
+from outbox.admin import stats as st
 from outbox.cli import cli, load_commands
-from outbox.db import render
 from outbox.errors import InvalidEvent
 from tests.support.cli import delivery_ids, execute, invoke, kill, old_uuid7, snapshot
 from tests.support.pg import SCHEMA

@@ -12,9 +12,9 @@ import pytest
 
 import outbox
 from outbox import Event, InvalidEndpoint, InvalidEvent
-from outbox import endpoints as ep
-from outbox import migrate as migrate_module
-from outbox.migrate import available, migrate
+from outbox.admin import endpoints as ep
+from outbox.admin import migrations as migrate_module
+from outbox.admin.migrations import available, migrate
 from tests.support.cli import invoke
 from tests.support.pg import SCHEMA, count
 

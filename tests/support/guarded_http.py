@@ -1,6 +1,6 @@
 """Doubles for testing the worker's HTTP transport over real sockets on 127.0.0.x.
 
-:class:`Stub` is a scripted resolver, put in place of ``outbox.ssrf.system_resolver`` (the
+:class:`Stub` is a scripted resolver, put in place of ``outbox._security.ssrf.system_resolver`` (the
 lookup the SSRF guard falls back to), so DNS answers can change between lookups.
 :class:`Server` is a real TCP (optionally TLS) HTTP/1.1 server in the running event loop
 that records connections, requests and TLS server names. :func:`worker_transport` is the
@@ -30,12 +30,12 @@ from typing import Any
 import httpx
 import pytest
 
-from outbox import ssrf
+from outbox._security import ssrf
+from outbox._security.ssrf import IPAddress
 from outbox.delivery.outcome import AttemptResult, Verdict
 from outbox.delivery.runner import make_worker_transport
 from outbox.delivery.sender import Transport, send
 from outbox.delivery.settings import WorkerSettings
-from outbox.ssrf import IPAddress
 
 PUBLIC, INTERNAL = "127.0.0.1", "127.0.0.2"
 ALLOW = "127.0.0.1/32"

@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 
-from outbox.migrate import migrate
+from outbox.admin.migrations import migrate
 from outbox.signing import webhook_headers
 from tests.support.pg import SCHEMA
 

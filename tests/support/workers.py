@@ -15,7 +15,7 @@ from typing import IO, Any
 import psycopg
 
 import outbox
-from outbox import endpoints as ep
+from outbox.admin import endpoints as ep
 from outbox.delivery.runner import run_worker
 from outbox.delivery.settings import WorkerSettings
 from tests.support.pg import SCHEMA

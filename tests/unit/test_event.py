@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from outbox import Event, InvalidEvent
-from outbox.event import prepare
+from outbox._emit.event import prepare
 
 LIMIT = 1024
 

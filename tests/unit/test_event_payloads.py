@@ -21,8 +21,8 @@ import uuid_utils
 from pydantic import BaseModel, ConfigDict
 
 from outbox import Event, InvalidEvent
+from outbox._emit.event import prepare
 from outbox.errors import ConfigurationError
-from outbox.event import prepare
 from outbox.settings import Settings, load_callable
 
 LIMIT = 1 << 20

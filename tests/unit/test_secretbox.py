@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from outbox import secretbox
+from outbox._security import secretbox
+from outbox._security.secretbox import SecretBox, generate_key
 from outbox.errors import ConfigurationError
-from outbox.secretbox import SecretBox, generate_key
 
 
 class _NoDecrypt:

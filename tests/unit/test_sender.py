@@ -16,8 +16,8 @@ import aiohttp
 import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from outbox._security.ssrf import BlockedAddress, ip_literal
 from outbox.delivery.outcome import AttemptResult, Verdict, classify_attempt
-from outbox.ssrf import BlockedAddress, ip_literal
 
 ELSEWHERE = "https://elsewhere.example/landing"
 

@@ -9,9 +9,7 @@ import socket
 import httpx
 import pytest
 
-from outbox.delivery.pinning import GuardedResolver
-from outbox.errors import InvalidEndpoint, OutboxError
-from outbox.ssrf import (
+from outbox._security.ssrf import (
     BlockedAddress,
     IPAddress,
     IPNetwork,
@@ -22,6 +20,8 @@ from outbox.ssrf import (
     parse_networks,
     resolve,
 )
+from outbox.delivery.pinning import GuardedResolver
+from outbox.errors import InvalidEndpoint, OutboxError
 
 ip = ipaddress.ip_address
 NO_ALLOW: tuple[IPNetwork, ...] = ()

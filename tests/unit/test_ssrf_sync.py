@@ -8,9 +8,7 @@ import threading
 
 import pytest
 
-from outbox.endpoints import check_destination
-from outbox.errors import InvalidEndpoint
-from outbox.ssrf import (
+from outbox._security.ssrf import (
     BlockedAddress,
     IPAddress,
     ResolutionFailed,
@@ -20,6 +18,8 @@ from outbox.ssrf import (
     is_loopback_name,
     parse_networks,
 )
+from outbox.admin.endpoints import check_destination
+from outbox.errors import InvalidEndpoint
 
 ip = ipaddress.ip_address
 

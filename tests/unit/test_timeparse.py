@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from outbox.timeparse import format_duration, parse_duration, parse_when
+from outbox.admin._timeparse import format_duration, parse_duration, parse_when
 
 NOW = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.UTC)
 

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
 import outbox
-from outbox.portal import WebSettings, mint_link
+from outbox.admin.portal import WebSettings, mint_link
 from outbox.web import create_app
 from tests.support.cli import delivery_ids, execute, kill
 from tests.support.pg import SCHEMA

@@ -9,8 +9,8 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 import outbox
-from outbox import deadletter as dl
-from outbox.portal import WebSettings
+from outbox.admin import deadletter as dl
+from outbox.admin.portal import WebSettings
 from outbox.receiver import Behaviour, Receiver
 from tests.support.cli import delivery_ids, execute, invoke
 from tests.support.pg import SCHEMA

@@ -11,8 +11,8 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
-from outbox import portal
-from outbox.portal import WebSettings, mint_link
+from outbox.admin import portal
+from outbox.admin.portal import WebSettings, mint_link
 from outbox.web.app import PUBLIC_PATHS
 from tests.web.conftest import TOKEN, World, enter_portal, new_client, snapshot
 from tests.web.routes import all_routes, fill, is_portal

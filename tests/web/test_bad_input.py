@@ -10,7 +10,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from outbox.portal import WebSettings
+from outbox.admin.portal import WebSettings
 from tests.web.conftest import World, enter_portal, new_client, snapshot
 
 NOWHERE = str(uuid.UUID(int=7))

@@ -1,4 +1,4 @@
-"""outbox.console_data.last_hour on a real database: per-minute delivered/dead counts and
+"""outbox.admin.activity.last_hour on a real database: per-minute delivered/dead counts and
 the backlog rebuilt from the rows."""
 
 from __future__ import annotations
@@ -9,16 +9,17 @@ from typing import Any
 import psycopg
 import pytest
 
-from outbox import console_data, queries
-from outbox.db import render
+from outbox._db import queries
+from outbox._db.connection import render
+from outbox.admin import activity
 from tests.support import workers
 from tests.support.cli import execute
 from tests.support.pg import SCHEMA
 
 
-def _series(db_url: str) -> list[console_data.Minute]:
+def _series(db_url: str) -> list[activity.Minute]:
     with psycopg.connect(db_url, autocommit=True) as c:
-        return console_data.last_hour(c, schema=SCHEMA)
+        return activity.last_hour(c, schema=SCHEMA)
 
 
 def _age(db_url: str, ids: list[int], created: dt.timedelta, finished: dt.timedelta | None,
@@ -65,9 +66,9 @@ def test_counts_and_backlog_per_minute(db_url: str) -> None:
     assert by_ago[0].backlog == 2
 
 
-def _minutes(values: list[tuple[int, int, int]]) -> list[console_data.Minute]:
+def _minutes(values: list[tuple[int, int, int]]) -> list[activity.Minute]:
     start = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
-    return [console_data.Minute(start + dt.timedelta(minutes=i), *v)
+    return [activity.Minute(start + dt.timedelta(minutes=i), *v)
             for i, v in enumerate(values)]
 
 

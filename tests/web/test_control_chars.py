@@ -10,7 +10,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from outbox.portal import WebSettings
+from outbox.admin.portal import WebSettings
 from tests.web.conftest import World, enter_portal, new_client, snapshot
 
 NUL = "a\x00b"

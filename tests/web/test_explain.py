@@ -10,9 +10,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from outbox import queries
-from outbox.db import render
-from outbox.events import id_floor
+from outbox._db import queries
+from outbox._db.connection import render
+from outbox.admin.events import id_floor
 from tests.support.cli import execute
 from tests.support.pg import SCHEMA
 from tests.support.workers import add_endpoint
@@ -100,7 +100,7 @@ def test_dead_list_reads_the_dead_index(history: str) -> None:
 
 
 def test_dead_pages_read_the_dead_index_from_the_cursor(history: str) -> None:
-    from outbox.queries.events import DEAD_PAGE
+    from outbox._db.queries.events import DEAD_PAGE
 
     (at,) = execute(history, f"SELECT max(finished_at) FROM {SCHEMA}.deliveries")[0]
     params = {"ids": None, "endpoint": None, "event_type": None, "since": None, "until": None,

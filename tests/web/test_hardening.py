@@ -15,8 +15,8 @@ from pydantic import SecretStr
 from uvicorn.config import LOGGING_CONFIG
 from uvicorn.logging import AccessFormatter
 
+from outbox.admin.portal import WebSettings, mint_link
 from outbox.errors import ConfigurationError
-from outbox.portal import WebSettings, mint_link
 from outbox.web import create_app
 from outbox.web.redact import RedactTokens, redact, uvicorn_log_config
 from tests.support.cli import invoke

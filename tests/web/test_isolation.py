@@ -18,7 +18,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 import outbox
-from outbox.portal import WebSettings
+from outbox.admin.portal import WebSettings
 from tests.support.cli import delivery_ids, execute, kill
 from tests.support.pg import SCHEMA
 from tests.support.workers import add_endpoint

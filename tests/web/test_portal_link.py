@@ -15,8 +15,8 @@ import pytest
 from fastapi import FastAPI
 from pydantic import SecretStr
 
+from outbox.admin.portal import WebSettings
 from outbox.cli.serve import is_loopback
-from outbox.portal import WebSettings
 from outbox.web import create_app
 from tests.support.cli import invoke
 from tests.support.net import free_port

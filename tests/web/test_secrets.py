@@ -7,7 +7,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from outbox.portal import WebSettings
+from outbox.admin.portal import WebSettings
 from tests.support.cli import execute
 from tests.support.pg import SCHEMA
 from tests.web.conftest import TOKEN, World, enter_portal, login, new_client

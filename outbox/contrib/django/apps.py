@@ -4,7 +4,8 @@ and upgrades the outbox schema.
 Add ``"outbox.contrib.django"`` to ``INSTALLED_APPS``. Then:
 
 - ``manage.py migrate`` applies the Django migration ``outbox.0001_initial``, which runs
-  the same SQL files as ``outbox migrate`` through :func:`outbox.migrate.apply_in_transaction`
+  the same SQL files as ``outbox migrate`` through
+  :func:`outbox.admin.migrations.apply_in_transaction`
   on Django's connection (psycopg 3 or psycopg2 backend): the same checks, the same
   advisory lock (so it may run beside ``outbox migrate`` or another ``manage.py migrate``),
   and it commits together with Django's record of the migration. A schema already created
@@ -34,9 +35,9 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.migrations.recorder import MigrationRecorder
 from django.db.models.signals import post_migrate
 
+from outbox.admin.migrations import Migration, apply_in_transaction
 from outbox.contrib.django.settings import outbox_settings
 from outbox.errors import ConfigurationError
-from outbox.migrate import Migration, apply_in_transaction
 
 __all__ = ["OutboxConfig", "migrate_schema"]
 

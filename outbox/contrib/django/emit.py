@@ -15,7 +15,7 @@ Guarantees (those of :func:`outbox.emit`, on Django's connection):
 
 Prepared statements: on Django's default psycopg 3 cursor (``ClientCursor``) or psycopg2,
 the single-event emits run as SQL ``PREPARE``d statements after ``PREPARE_THRESHOLD`` runs
-(:mod:`outbox.drivers.dbapi`); with ``OPTIONS={"server_side_binding": True}`` psycopg 3
+(:mod:`outbox._emit.drivers.dbapi`); with ``OPTIONS={"server_side_binding": True}`` psycopg 3
 prepares them itself and outbox sends them as they are.
 
 Settings (schema, payload limit, wake-up, ``JSON_DEFAULT``, prepare threshold) are the
@@ -39,12 +39,12 @@ from django.db import utils as db_utils
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.transaction import TransactionManagementError
 
+from outbox._emit.drivers import portable
+from outbox._emit.drivers.base import FAILED_TRANSACTION, translate
+from outbox._emit.drivers.dbapi import CursorRunner
+from outbox._emit.event import Event
 from outbox.contrib.django.settings import outbox_settings
-from outbox.drivers import portable
-from outbox.drivers.base import FAILED_TRANSACTION, translate
-from outbox.drivers.dbapi import CursorRunner
 from outbox.errors import NotInTransaction
-from outbox.event import Event
 from outbox.settings import Settings
 
 

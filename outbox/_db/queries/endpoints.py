@@ -1,4 +1,4 @@
-"""SQL of endpoints (outbox.endpoints) and of their secrets at rest (outbox.secrets_at_rest)."""
+"""SQL of endpoints (outbox.admin.endpoints) and of their secrets at rest (outbox.admin.secrets)."""
 
 from __future__ import annotations
 

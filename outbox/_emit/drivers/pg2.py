@@ -11,8 +11,8 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from outbox.drivers.base import FAILED_TRANSACTION, translating
-from outbox.drivers.dbapi import CursorRunner
+from outbox._emit.drivers.base import FAILED_TRANSACTION, translating
+from outbox._emit.drivers.dbapi import CursorRunner
 from outbox.errors import NotInTransaction
 
 if TYPE_CHECKING:

@@ -1,4 +1,5 @@
-"""SQL of the migrations (outbox.migrate) and of the receiving side's inbox (outbox.inbox)."""
+"""SQL of the migrations (outbox.admin.migrations) and of the receiving side's inbox
+(outbox.inbox)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ BEGIN_TRANSACTION = "SELECT 1"
 SHOW_SEARCH_PATH = "SELECT current_setting('search_path')"
 RESTORE_SEARCH_PATH = "SELECT set_config('search_path', %s, true)"
 # Two processes migrating the same schema at once: the second waits, then finds nothing to do.
-MIGRATION_LOCK = "SELECT pg_advisory_xact_lock(hashtext('outbox.migrate'), hashtext(%s))"
+MIGRATION_LOCK = "SELECT pg_advisory_xact_lock(hashtext('outbox.admin.migrations'), hashtext(%s))"
 MIGRATIONS_APPLIED = "SELECT version, name, checksum FROM {schema}.schema_migrations"
 MIGRATION_RECORD = """
 INSERT INTO {schema}.schema_migrations (version, name, checksum) VALUES (%s, %s, %s)

@@ -1,4 +1,4 @@
-"""Reads the web console needs beyond :mod:`outbox.stats`: the last hour, minute by minute.
+"""Reads the web console needs beyond :mod:`outbox.admin.stats`: the last hour, minute by minute.
 
 Read-only, one statement, cheap enough for every page view: it reads the rows pending now
 and the rows finished in the last hour through their partial indexes, never the history.
@@ -13,8 +13,8 @@ from typing import Any
 import psycopg
 from psycopg.rows import class_row
 
-from outbox import queries
-from outbox.db import render, translated
+from outbox._db import queries
+from outbox._db.connection import render, translated
 
 
 @dataclass(frozen=True, slots=True)

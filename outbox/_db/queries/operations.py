@@ -1,9 +1,9 @@
-"""SQL of the operator functions: dead letters and replay (outbox.deadletter), stats
-(outbox.stats), retention (outbox.retention), each scopable to one tenant."""
+"""SQL of the operator functions: dead letters and replay (outbox.admin.deadletter), stats
+(outbox.admin.stats), retention (outbox.admin.retention), each scopable to one tenant."""
 
 from __future__ import annotations
 
-from outbox.queries.emit import WAKE_CHANNEL, WAKE_KEY
+from outbox._db.queries.emit import WAKE_CHANNEL, WAKE_KEY
 
 # The order in which a statement that takes several ordered keys' advisory locks takes them
 # (migrations/0005_ordered.sql): the lock's own key, not (endpoint, key), so that keys whose
@@ -40,7 +40,7 @@ def _carried(alias: str) -> str:
             " WHERE cep.tenant = %(tenant)s::text OR cep.all_tenants)))")
 
 
-# --- dead letters (outbox.deadletter) ----------------------------------------------------
+# --- dead letters (outbox.admin.deadletter) ----------------------------------------------------
 # Every selector is optional: a NULL parameter switches its condition off. Run these
 # unprepared (prepare=False) so each execution is planned with its actual values and the
 # switched-off conditions fold away (a generic plan could not use the partial indexes).
@@ -221,7 +221,7 @@ SELECT attempt, outcome, status_code, duration_ms, error_class, error, response_
  ORDER BY id
 """
 
-# --- stats (outbox.stats) ----------------------------------------------------------------
+# --- stats (outbox.admin.stats) ----------------------------------------------------------------
 # Per endpoint. Cost follows the backlog (pending rows, through the deliveries_due partial
 # index) plus the last hour's finished rows (deliveries_finished, a range on finished_at);
 # the last dead error is one probe of deliveries_dead per endpoint. Never a full scan of
@@ -320,7 +320,7 @@ SELECT tenant, count(*) AS due,
  LIMIT %(limit)s
 """
 
-# --- retention (outbox.retention) -------------------------------------------------------
+# --- retention (outbox.admin.retention) -------------------------------------------------------
 PRUNE_CUTOFF = "SELECT now() - make_interval(secs => %s)"
 
 # A dead head that still holds its ordered key (it blocks the key) is never pruned: pruning

@@ -14,7 +14,7 @@ the right database). An ``AsyncConnection`` not yet started is refused (NotInTra
 outbox does not start connections.
 
 On the psycopg2 dialect the single-event emits are prepared after ``prepare_threshold``
-runs on a connection, as :mod:`outbox.drivers.dbapi` does for psycopg2 itself (psycopg 3
+runs on a connection, as :mod:`outbox._emit.drivers.dbapi` does for psycopg2 itself (psycopg 3
 and SQLAlchemy's asyncpg adapter prepare statements on their own).
 """
 
@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from outbox.drivers.base import FAILED_TRANSACTION, Params, Style, as_tuples, translate
-from outbox.drivers.dbapi import prepared
+from outbox._emit.drivers.base import FAILED_TRANSACTION, Params, Style, as_tuples, translate
+from outbox._emit.drivers.dbapi import prepared
 from outbox.errors import ConfigurationError, NotInTransaction
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def translated() -> Iterator[None]:
 
 
 class SessionRunner:
-    """A :class:`~outbox.drivers.base.SyncRunner` over a Session or a Connection."""
+    """A :class:`~outbox._emit.drivers.base.SyncRunner` over a Session or a Connection."""
 
     style: Style = "pyformat"
     prepare_threshold: int | None = None  # the driver under SQLAlchemy prepares, if it does
@@ -144,7 +144,8 @@ class SessionRunner:
 
 
 class AsyncSessionRunner:
-    """An :class:`~outbox.drivers.base.AsyncRunner` over an AsyncSession or AsyncConnection."""
+    """An :class:`~outbox._emit.drivers.base.AsyncRunner` over an AsyncSession or
+    AsyncConnection."""
 
     style: Style = "pyformat"
     prepare_threshold: int | None = None  # the driver under SQLAlchemy prepares, if it does

@@ -25,7 +25,7 @@ def _scope(t: str) -> str:
 
 
 # A filter is an exact type or a prefix pattern 'invoice.*' (stored as written; '*' alone
-# is stored as NULL, every type): outbox.routing validates them at registration.
+# is stored as NULL, every type): outbox.admin._routing validates them at registration.
 def _takes(types: str, t: str) -> str:
     return f"""({types} IS NULL OR {t} = ANY ({types})
         OR EXISTS (SELECT FROM unnest({types}) f
@@ -131,7 +131,7 @@ COPY_DELIVERIES = """
 COPY {schema}.deliveries (event_id, endpoint_id, key, state) FROM STDIN (FORMAT BINARY)
 """
 
-# Whether this session holds outbox's prepared statement %s (outbox.drivers.dbapi: psycopg2
+# Whether this session holds outbox's prepared statement %s (outbox._emit.drivers.dbapi: psycopg2
 # and Django prepare the single-event emits with SQL PREPARE; checked in the transaction
 # that EXECUTEs it, so a pooler handing out another server connection per transaction, or
 # a DISCARD ALL, only costs a new PREPARE).

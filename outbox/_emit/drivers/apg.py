@@ -13,7 +13,7 @@ import importlib
 from contextlib import AbstractContextManager
 from typing import Any
 
-from outbox.drivers.base import Params, Style, as_tuples, translating
+from outbox._emit.drivers.base import Params, Style, as_tuples, translating
 from outbox.errors import NotInTransaction
 
 
@@ -25,7 +25,7 @@ def _asyncpg() -> Any:
 
 
 class AsyncpgRunner:
-    """An :class:`~outbox.drivers.base.AsyncRunner` over an asyncpg connection."""
+    """An :class:`~outbox._emit.drivers.base.AsyncRunner` over an asyncpg connection."""
 
     style: Style = "dollar"
     prepare_threshold: int | None = None  # asyncpg's statement cache prepares

@@ -37,10 +37,10 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import class_row, scalar_row
 
-from outbox import queries
-from outbox.db import render, translated
+from outbox._db import queries
+from outbox._db.connection import render, translated
+from outbox._emit.event import check_tenant
 from outbox.errors import OperationRefused
-from outbox.event import check_tenant
 
 PruneProgress = Callable[[str, int, int | None], None]
 """Called after each batch with (phase, rows done in that phase, phase total or None).

@@ -4,11 +4,11 @@ One small module per driver family, each imported only when the handle passed is
 family (its type, or a base class, is defined in that package), so outbox never imports a
 driver or ORM the application did not import itself:
 
-- :mod:`outbox.drivers.pg2`: psycopg2 connection or cursor;
-- :mod:`outbox.drivers.apg`: asyncpg ``Connection`` / pool connection;
-- :mod:`outbox.drivers.sa`: SQLAlchemy 2 ``Session`` / ``Connection`` / ``AsyncSession`` /
+- :mod:`outbox._emit.drivers.pg2`: psycopg2 connection or cursor;
+- :mod:`outbox._emit.drivers.apg`: asyncpg ``Connection`` / pool connection;
+- :mod:`outbox._emit.drivers.sa`: SQLAlchemy 2 ``Session`` / ``Connection`` / ``AsyncSession`` /
   ``AsyncConnection``;
-- :mod:`outbox.drivers.dbapi`: the cursor runner psycopg2 and ``outbox.contrib.django`` use.
+- :mod:`outbox._emit.drivers.dbapi`: the cursor runner psycopg2 and ``outbox.contrib.django`` use.
 
 psycopg 3 connections never come here: :mod:`outbox.emit` handles them itself (COPY, its own
 row factories). Anything else is a :class:`TypeError` naming what is supported.
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from outbox.drivers.base import AsyncRunner, SyncRunner
+from outbox._emit.drivers.base import AsyncRunner, SyncRunner
 
 SUPPORTED = (
     "a psycopg 3 Connection, a psycopg2 connection or cursor, or a SQLAlchemy Session or "
@@ -53,11 +53,11 @@ def sync_runner(handle: Any) -> SyncRunner:
     families = _families(handle)
     found: SyncRunner | None = None
     if "psycopg2" in families:
-        from outbox.drivers import pg2
+        from outbox._emit.drivers import pg2
 
         found = pg2.runner(handle)
     elif "sqlalchemy" in families and not _is_async(handle):
-        from outbox.drivers import sa
+        from outbox._emit.drivers import sa
 
         found = sa.runner(handle)
     if found is None:
@@ -71,11 +71,11 @@ def async_runner(handle: Any) -> AsyncRunner:
     families = _families(handle)
     found: AsyncRunner | None = None
     if "asyncpg" in families:
-        from outbox.drivers import apg
+        from outbox._emit.drivers import apg
 
         found = apg.runner(handle)
     elif "sqlalchemy" in families and _is_async(handle):
-        from outbox.drivers import sa
+        from outbox._emit.drivers import sa
 
         found = sa.async_runner(handle)
     if found is None:

@@ -37,12 +37,12 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import class_row, scalar_row
 
-from outbox import endpoints as ep
-from outbox import queries
-from outbox.db import render, translated
+from outbox._db import queries
+from outbox._db.connection import render, translated
+from outbox._db.queries import operations as opq
+from outbox._emit.event import check_tenant, check_type
+from outbox.admin import endpoints as ep
 from outbox.errors import DeliveryNotFound, OperationRefused
-from outbox.event import check_tenant, check_type
-from outbox.queries import operations as opq
 
 Progress = Callable[[int, int], None]
 """Called after each committed batch with (rows examined so far, rows selected in all)."""

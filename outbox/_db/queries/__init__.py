@@ -2,14 +2,15 @@
 concern (emit, endpoints, operations, schema), every statement re-exported here so callers
 write ``queries.NAME``.
 
-``{schema}`` is replaced by the quoted schema name (:func:`outbox.db.render`); values are
+``{schema}`` is replaced by the quoted schema name (:func:`outbox._db.connection.render`);
+values are
 always bound parameters (``%s`` / ``%(name)s``), never formatted into the text.
 """
 
 from __future__ import annotations
 
-from outbox.queries.console import CONSOLE_LAST_HOUR
-from outbox.queries.emit import (
+from outbox._db.queries.console import CONSOLE_LAST_HOUR
+from outbox._db.queries.emit import (
     COPY_DELIVERIES,
     COPY_EVENTS,
     EMIT_MANY,
@@ -25,7 +26,7 @@ from outbox.queries.emit import (
     WAKE_CHANNEL_NAME,
     WAKE_KEY,
 )
-from outbox.queries.endpoints import (
+from outbox._db.queries.endpoints import (
     ENDPOINT_GET,
     ENDPOINT_INSERT,
     ENDPOINT_LIST,
@@ -37,7 +38,7 @@ from outbox.queries.endpoints import (
     ENDPOINT_SIGNING_SECRETS,
     ENDPOINT_UPDATE,
 )
-from outbox.queries.events import (
+from outbox._db.queries.events import (
     ALL_TENANT_ENDPOINTS,
     ATTEMPTS_OF,
     DELIVERIES_OWNED,
@@ -46,7 +47,7 @@ from outbox.queries.events import (
     EVENT_GET,
     EVENT_LIST,
 )
-from outbox.queries.operations import (
+from outbox._db.queries.operations import (
     DEAD_LIST,
     DEAD_SKIP,
     DEAD_SKIP_CHECK,
@@ -63,7 +64,7 @@ from outbox.queries.operations import (
     STATS_DUE,
     STATS_TOP_TENANTS,
 )
-from outbox.queries.schema import (
+from outbox._db.queries.schema import (
     BEGIN_TRANSACTION,
     CREATE_SCHEMA,
     INBOX_MIGRATION_RECORD,

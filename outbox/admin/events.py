@@ -28,14 +28,14 @@ from typing import Any
 import psycopg
 from psycopg.rows import class_row
 
-from outbox import deadletter as dl
-from outbox import endpoints as ep
-from outbox import queries
-from outbox import stats as st
-from outbox.db import render, translated
+from outbox._db import queries
+from outbox._db.connection import render, translated
+from outbox._db.queries.events import DEAD_PAGE
+from outbox._emit.event import check_tenant, check_type
+from outbox.admin import deadletter as dl
+from outbox.admin import endpoints as ep
+from outbox.admin import stats as st
 from outbox.errors import OutboxError
-from outbox.event import check_tenant, check_type
-from outbox.queries.events import DEAD_PAGE
 
 MAX_PAGE = 500
 
@@ -109,7 +109,7 @@ class EventDetail:
 
 @dataclass(frozen=True, slots=True)
 class EndpointHealth:
-    """:class:`~outbox.stats.EndpointStats` plus ``success_rate_1h`` (delivered over
+    """:class:`~outbox.admin.stats.EndpointStats` plus ``success_rate_1h`` (delivered over
     delivered + dead in the last hour; None: nothing finished) and ``breaker``:
     ``disabled``; ``open`` when it has pending rows, none due, none in flight and a last
     error (a worker's breaker or the retry schedule holds them back: breakers live in
@@ -230,7 +230,7 @@ def owned_deliveries(conn: psycopg.Connection[Any], ids: list[int], *, schema: s
 
 def endpoint_health(conn: psycopg.Connection[Any], *, schema: str,
                     tenant: str | None = None) -> list[EndpointHealth]:
-    """:func:`outbox.stats.by_endpoint` (same cost and ``tenant`` scope) with each
+    """:func:`outbox.admin.stats.by_endpoint` (same cost and ``tenant`` scope) with each
     endpoint's success rate and breaker state (see :class:`EndpointHealth`)."""
     return [EndpointHealth(row, _rate(row), _breaker(row))
             for row in st.by_endpoint(conn, schema=schema, tenant=tenant)]
@@ -287,7 +287,7 @@ class DeadPage:
 def list_dead(conn: psycopg.Connection[Any], *, schema: str, selection: dl.Selection,
               limit: int = 50, after: DeadCursor | None = None,
               endpoints: Sequence[uuid.UUID] | None = None) -> DeadPage:
-    """The rows :func:`outbox.deadletter.list_dead` lists, in its order, a page at a time:
+    """The rows :func:`outbox.admin.deadletter.list_dead` lists, in its order, a page at a time:
     at most ``limit`` rows after the cursor ``after``. Keyset on (finished_at, id), so
     every dead row is reached exactly once however many share a finished_at (a batch
     dies with one ``now()``), and a page costs its rows, not its depth.

@@ -33,8 +33,8 @@ from typing import Any, Protocol
 
 import psycopg
 
-from outbox import queries
-from outbox.db import render, translated
+from outbox._db import queries
+from outbox._db.connection import render, translated
 from outbox.errors import MigrationError
 
 _NAME_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")

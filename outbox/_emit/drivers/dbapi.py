@@ -31,8 +31,8 @@ from contextlib import AbstractContextManager
 from functools import lru_cache
 from typing import Any
 
-from outbox.drivers.base import Params, Style, as_tuples, to_dollar
-from outbox.queries.emit import PREPARED_STATEMENT
+from outbox._db.queries.emit import PREPARED_STATEMENT
+from outbox._emit.drivers.base import Params, Style, as_tuples, to_dollar
 
 # connection -> statement name -> executions so far (the threshold's count)
 _RUNS: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionary()
@@ -106,7 +106,7 @@ def _fetch(cur: Any) -> Fetch:
 
 
 class CursorRunner:
-    """A :class:`~outbox.drivers.base.SyncRunner` over a DB-API cursor factory.
+    """A :class:`~outbox._emit.drivers.base.SyncRunner` over a DB-API cursor factory.
 
     ``cursor()`` opens a cursor (a context manager) on the caller's connection,
     ``check()`` raises NotInTransaction before any SQL, ``translated()`` turns the

@@ -31,9 +31,9 @@ from typing import Any
 import psycopg
 from psycopg.rows import class_row
 
-from outbox import queries
-from outbox.db import render, translated
-from outbox.event import check_tenant
+from outbox._db import queries
+from outbox._db.connection import render, translated
+from outbox._emit.event import check_tenant
 
 
 @dataclass(frozen=True, slots=True)

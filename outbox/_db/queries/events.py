@@ -1,4 +1,4 @@
-"""SQL of the event log (outbox.events): the lists and detail views the HTTP API, the
+"""SQL of the event log (outbox.admin.events): the lists and detail views the HTTP API, the
 console and the customer portal share.
 
 Lists are keyset-paginated on the UUIDv7 primary key, newest first (``id < %(before)s``),
@@ -11,8 +11,8 @@ Every selector is optional (NULL switches its condition off): run them unprepare
 
 from __future__ import annotations
 
-from outbox.queries.endpoints import _ENDPOINT_COLUMNS
-from outbox.queries.operations import DEAD_LIST
+from outbox._db.queries.endpoints import _ENDPOINT_COLUMNS
+from outbox._db.queries.operations import DEAD_LIST
 
 # %(owner)s (NULL: everyone's): only deliveries to endpoints that tenant owns (the customer
 # portal: an all-tenants endpoint is an internal consumer, not the customer's).
@@ -102,7 +102,7 @@ ENDPOINT_PAGE = (
  LIMIT %(limit)s
 """)
 
-# Dead letters a page at a time (outbox.events.list_dead): DEAD_LIST, most recently dead
+# Dead letters a page at a time (outbox.admin.events.list_dead): DEAD_LIST, most recently dead
 # first, after the keyset cursor (%(at)s, %(after_id)s) = the last row's (finished_at, id).
 # A batch dies with one now(), so many rows share a finished_at: the id breaks the tie, and
 # the row comparison walks deliveries_dead_by_time_id (0006) from the cursor on.

@@ -7,7 +7,7 @@ is as transactional as the event; the routing rule is ``queries.emit._FAN_OUT``'
 one, and reads the tenant's endpoints by index).
 
 The same functions take the application's other handles, chosen by the object's type
-(:mod:`outbox.drivers`, which imports a driver or ORM only if the application did): a
+(:mod:`outbox._emit.drivers`, which imports a driver or ORM only if the application did): a
 psycopg2 connection or cursor, an asyncpg connection, a SQLAlchemy session or connection
 (through the ORM's own connection, in its transaction). The guarantees below hold on each;
 "autocommit" means that handle's own (asyncpg outside ``conn.transaction()``, SQLAlchemy's
@@ -44,12 +44,13 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import class_row, scalar_row
 
-from outbox import drivers, queries
-from outbox.db import render, translated
+from outbox._db import queries
+from outbox._db.connection import render, translated
+from outbox._emit import drivers
+from outbox._emit.event import Event, PreparedEvent, prepare
+from outbox._emit.tracing import current_traceparent
 from outbox.errors import NotInTransaction, OutboxError
-from outbox.event import Event, PreparedEvent, prepare
 from outbox.settings import Settings, get_settings
-from outbox.tracing import current_traceparent
 
 AnyConnection = psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
 JsonDefault = Callable[[Any], Any] | None
@@ -268,11 +269,11 @@ def emit(
 
     The id is the ``webhook-id`` receivers see, stable across retries and replays.
     ``conn``: a psycopg 3 ``Connection``, a psycopg2 connection or cursor, or a SQLAlchemy
-    ``Session`` / ``Connection`` (:mod:`outbox.drivers`); anything else is a ``TypeError``.
+    ``Session`` / ``Connection`` (:mod:`outbox._emit.drivers`); anything else is a ``TypeError``.
     """
     s, sch = _settings_schema(schema, settings)
     if not isinstance(conn, psycopg.Connection):
-        from outbox.drivers import portable
+        from outbox._emit.drivers import portable
 
         return portable.emit(drivers.sync_runner(conn), event, s, sch, json_default)
     query, params, ev = _plan_one(event, s, sch, json_default)
@@ -310,7 +311,7 @@ def emit_many(
     """
     s, sch = _settings_schema(schema, settings)
     if not isinstance(conn, psycopg.Connection):
-        from outbox.drivers import portable
+        from outbox._emit.drivers import portable
 
         return portable.emit_many(drivers.sync_runner(conn), events, s, sch, json_default)
     batch = _plan_many(events, s, sch, json_default)
@@ -340,7 +341,7 @@ async def emit_async(
     guarantees."""
     s, sch = _settings_schema(schema, settings)
     if not isinstance(conn, psycopg.AsyncConnection):
-        from outbox.drivers import portable
+        from outbox._emit.drivers import portable
 
         return await portable.emit_async(drivers.async_runner(conn), event, s, sch,
                                          json_default)
@@ -371,7 +372,7 @@ async def emit_many_async(
     """:func:`emit_many` for the handles :func:`emit_async` takes; the same guarantees."""
     s, sch = _settings_schema(schema, settings)
     if not isinstance(conn, psycopg.AsyncConnection):
-        from outbox.drivers import portable
+        from outbox._emit.drivers import portable
 
         return await portable.emit_many_async(drivers.async_runner(conn), events, s, sch,
                                               json_default)

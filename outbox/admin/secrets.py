@@ -21,10 +21,10 @@ from typing import Any
 import psycopg
 from psycopg.rows import class_row
 
-from outbox import queries
-from outbox.db import render, translated
+from outbox._db import queries
+from outbox._db.connection import render, translated
+from outbox._security.secretbox import SecretBox
 from outbox.errors import ConfigurationError
-from outbox.secretbox import SecretBox
 from outbox.settings import get_settings
 
 

@@ -33,10 +33,10 @@ from urllib.parse import urlencode, urlsplit
 
 from pydantic import Field, SecretStr, field_validator
 
+from outbox._emit.event import check_tenant
+from outbox._security.ssrf import parse_networks
 from outbox.errors import ConfigurationError, OutboxError
-from outbox.event import check_tenant
 from outbox.settings import Settings
-from outbox.ssrf import parse_networks
 
 LINK_MIN = dt.timedelta(minutes=1)
 LINK_MAX = dt.timedelta(days=30)

@@ -1,6 +1,6 @@
 """Who receives an event: tenant scoping and event-type filters, validated at registration.
 
-The rule itself runs in SQL, in one place (``outbox.queries.emit._FAN_OUT``), at emit time:
+The rule itself runs in SQL, in one place (``outbox._db.queries.emit._FAN_OUT``), at emit time:
 an event reaches every *enabled* endpoint that
 
 - belongs to the event's tenant (a tenant-less event: the tenant-less endpoints), or
@@ -10,8 +10,8 @@ an event reaches every *enabled* endpoint that
   pattern ``"invoice.*"`` (``invoice.paid``, ``invoice.line.added``; not ``invoice``).
 
 This module checks what may be stored, before any SQL: filters are exact types
-(:func:`outbox.event.check_type`) or ``<type>.*``; ``"*"`` means every type and is stored
-as no filter; tenant ids follow :func:`outbox.event.check_tenant`; an endpoint has one
+(:func:`outbox._emit.event.check_type`) or ``<type>.*``; ``"*"`` means every type and is stored
+as no filter; tenant ids follow :func:`outbox._emit.event.check_tenant`; an endpoint has one
 tenant or all of them, never both.
 """
 
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from outbox._emit.event import check_tenant, check_type
 from outbox.errors import InvalidEndpoint, InvalidEvent
-from outbox.event import check_tenant, check_type
 
 WILDCARD = "*"
 PREFIX_SUFFIX = ".*"

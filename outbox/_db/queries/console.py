@@ -1,4 +1,4 @@
-"""SQL of the web console's own reads (:mod:`outbox.console_data`)."""
+"""SQL of the web console's own reads (:mod:`outbox.admin.activity`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""emit / emit_many over any runner (:mod:`outbox.drivers.base`): the statements and
+"""emit / emit_many over any runner (:mod:`outbox._emit.drivers.base`): the statements and
 guarantees of :mod:`outbox.emit`, for the handles that are not psycopg 3 connections.
 
 The events are validated and the statement planned by the very functions psycopg 3's
@@ -14,12 +14,12 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from outbox import queries
-from outbox.db import render
-from outbox.drivers.base import AsyncRunner, SyncRunner, as_uuid, bind
-from outbox.emit import _Batch, _finish, _missing_keys, _plan_many, _plan_one
+from outbox._db import queries
+from outbox._db.connection import render
+from outbox._emit.api import _Batch, _finish, _missing_keys, _plan_many, _plan_one
+from outbox._emit.drivers.base import AsyncRunner, SyncRunner, as_uuid, bind
+from outbox._emit.event import Event
 from outbox.errors import OutboxError
-from outbox.event import Event
 from outbox.settings import Settings
 
 JsonDefault = Callable[[Any], Any] | None

@@ -4,7 +4,7 @@ Every function validates its input before any SQL and raises
 :class:`~outbox.errors.InvalidEndpoint` (nothing written) or
 :class:`~outbox.errors.EndpointNotFound`. ``add`` and ``update`` given ``allow_networks``
 also resolve the URL's host once and refuse it if any address is not public and not inside
-those networks (the SSRF guard of :mod:`outbox.ssrf`; delivery checks again per
+those networks (the SSRF guard of :mod:`outbox._security.ssrf`; delivery checks again per
 connection); a host that does not resolve now is only a warning in the result, because
 DNS can be fixed after registration. Functions run on the caller's connection: in
 autocommit mode each call commits on its own; inside a transaction it commits with it.
@@ -25,15 +25,21 @@ import psycopg
 from psycopg.rows import class_row, tuple_row
 from psycopg.types.json import Jsonb
 
-from outbox import queries
-from outbox.db import render, translated
+from outbox._db import queries
+from outbox._db.connection import render, translated
+from outbox._emit.event import new_id
+from outbox._security.secretbox import SecretBox
+from outbox._security.ssrf import (
+    ALLOW_SETTING,
+    BlockedAddress,
+    IPNetwork,
+    ResolutionFailed,
+    check_url_sync,
+)
+from outbox.admin._routing import validate_filters, validate_scope
 from outbox.errors import EndpointNotFound, InvalidEndpoint, OperationRefused
-from outbox.event import new_id
-from outbox.routing import validate_filters, validate_scope
-from outbox.secretbox import SecretBox
 from outbox.settings import get_settings
 from outbox.signing import decode_secret, generate_secret
-from outbox.ssrf import ALLOW_SETTING, BlockedAddress, IPNetwork, ResolutionFailed, check_url_sync
 
 URL_MAX_LENGTH = 2048
 _HEADER_NAME_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$")
@@ -203,7 +209,7 @@ def add(
     """Register an endpoint. Without ``secret`` one is generated and returned once.
 
     ``tenant`` scopes it to that tenant's events; ``all_tenants`` opts it in to every
-    tenant's (and tenant-less) events; neither: tenant-less (:mod:`outbox.routing`).
+    tenant's (and tenant-less) events; neither: tenant-less (:mod:`outbox.admin._routing`).
     ``event_types`` are exact types, ``'prefix.*'`` patterns or ``'*'``; none: every type.
     ``ordered``: deliveries of events that share a ``key`` go out one at a time, each after
     the previous one is recorded delivered (README, "Ordered delivery").

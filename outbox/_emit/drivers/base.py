@@ -5,7 +5,7 @@ SQLAlchemy session, a Django cursor ...) and offers exactly what emit needs: a t
 check that raises :class:`~outbox.errors.NotInTransaction` before any SQL, and two ways to
 run a statement, each raising only :class:`~outbox.errors.OutboxError` subclasses.
 
-The SQL is written once, in :mod:`outbox.queries`, with psycopg's placeholders
+The SQL is written once, in :mod:`outbox._db.queries`, with psycopg's placeholders
 (``%s`` / ``%(name)s``, ``%%`` for a literal ``%``). :func:`bind` translates it, once per
 statement, to the other paramstyle a runner may need (``$n``, asyncpg's), and turns
 ``uuid.UUID`` values into text: every portable path binds ids as text and lets the
@@ -42,7 +42,7 @@ class SyncRunner(Protocol):
     """A caller's synchronous handle, seen by emit.
 
     ``prepare_threshold`` (``OUTBOX_PREPARE_THRESHOLD``, set by emit) is for runners whose
-    driver does not prepare statements by itself (:mod:`outbox.drivers.dbapi`); the others
+    driver does not prepare statements by itself (:mod:`outbox._emit.drivers.dbapi`); the others
     ignore it (asyncpg and psycopg 3 under SQLAlchemy prepare on their own)."""
 
     style: Style

@@ -1,0 +1,1 @@
+"""The database edge (private): connections, error translation and the SQL registry."""

@@ -1,0 +1,1 @@
+"""Security machinery (private): the SSRF policy and secret encryption at rest."""
