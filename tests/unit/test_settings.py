@@ -51,7 +51,8 @@ def test_mask_url(url: str, masked: str) -> None:
 
 def test_import_outbox_does_not_import_worker_dependencies() -> None:
     code = (
-        "import sys, outbox, outbox.cli, outbox.admin.endpoints, outbox.admin.migrations, outbox.inbox;"
+        "import sys, outbox, outbox.cli, outbox.admin.endpoints, outbox.admin.migrations,"
+        " outbox.inbox;"
         "from outbox.cli import load_commands; load_commands();"
         "bad = {'httpx', 'tenacity', 'psycopg_pool', 'outbox.delivery', 'outbox.contrib',"
         " 'fastapi', 'starlette', 'django', 'flask'} & set(sys.modules);"

@@ -10,8 +10,10 @@ driver or ORM the application did not import itself:
   ``AsyncConnection``;
 - :mod:`outbox._emit.drivers.dbapi`: the cursor runner psycopg2 and ``outbox.contrib.django`` use.
 
-psycopg 3 connections never come here: :mod:`outbox.emit` handles them itself (COPY, its own
-row factories). Anything else is a :class:`TypeError` naming what is supported.
+- :mod:`outbox._emit.drivers.psycopg`: psycopg 3 ``Connection`` / ``AsyncConnection`` (binary
+  COPY, its own row factories), chosen by :mod:`outbox._emit.api` before any of the above.
+
+Anything else is a :class:`TypeError` naming what is supported.
 """
 
 from __future__ import annotations

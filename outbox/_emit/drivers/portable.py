@@ -1,5 +1,5 @@
 """emit / emit_many over any runner (:mod:`outbox._emit.drivers.base`): the statements and
-guarantees of :mod:`outbox.emit`, for the handles that are not psycopg 3 connections.
+guarantees of :mod:`outbox._emit.api`, for the handles that are not psycopg 3 connections.
 
 The events are validated and the statement planned by the very functions psycopg 3's
 path uses (before any SQL), then the runner checks the caller's transaction and runs
@@ -11,18 +11,16 @@ is psycopg 3's alone).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from outbox._db import queries
 from outbox._db.connection import render
-from outbox._emit.api import _Batch, _finish, _missing_keys, _plan_many, _plan_one
 from outbox._emit.drivers.base import AsyncRunner, SyncRunner, as_uuid, bind
 from outbox._emit.event import Event
+from outbox._emit.plan import Batch, JsonDefault, finish, missing_keys, plan_many, plan_one
 from outbox.errors import OutboxError
 from outbox.settings import Settings
-
-JsonDefault = Callable[[Any], Any] | None
 
 
 def _vanished(key: str | None) -> OutboxError:
@@ -45,7 +43,7 @@ def _ids(rows: list[tuple[Any, ...]]) -> list[uuid.UUID | None]:
 def emit(r: SyncRunner, event: Event, settings: Settings, schema: str,
          json_default: JsonDefault = None) -> uuid.UUID:
     """:func:`outbox.emit` on a runner."""
-    query, params, ev = _plan_one(event, settings, schema, json_default)
+    query, params, ev = plan_one(event, settings, schema, json_default)
     r.prepare_threshold = settings.prepare_threshold
     r.check()
     sql, args = bind(r.style, query, params)
@@ -65,20 +63,20 @@ def emit(r: SyncRunner, event: Event, settings: Settings, schema: str,
 def emit_many(r: SyncRunner, events: Iterable[Event], settings: Settings, schema: str,
               json_default: JsonDefault = None) -> list[uuid.UUID]:
     """:func:`outbox.emit_many` on a runner."""
-    batch: _Batch = _plan_many(events, settings, schema, json_default)
+    batch: Batch = plan_many(events, settings, schema, json_default)
     if not batch.slots:
         return []
     r.check()
     ids = _ids(r.rows(*bind(r.style, batch.query, batch.params)))
-    missing = _missing_keys(batch, ids)
+    missing = missing_keys(batch, ids)
     found = _owners(r.rows(*_owners_query(r, schema, missing))) if missing else {}
-    return _finish(batch, ids, found)
+    return finish(batch, ids, found)
 
 
 async def emit_async(r: AsyncRunner, event: Event, settings: Settings, schema: str,
                      json_default: JsonDefault = None) -> uuid.UUID:
     """:func:`outbox.emit_async` on a runner."""
-    query, params, ev = _plan_one(event, settings, schema, json_default)
+    query, params, ev = plan_one(event, settings, schema, json_default)
     r.prepare_threshold = settings.prepare_threshold
     await r.check()
     sql, args = bind(r.style, query, params)
@@ -98,11 +96,11 @@ async def emit_async(r: AsyncRunner, event: Event, settings: Settings, schema: s
 async def emit_many_async(r: AsyncRunner, events: Iterable[Event], settings: Settings,
                           schema: str, json_default: JsonDefault = None) -> list[uuid.UUID]:
     """:func:`outbox.emit_many_async` on a runner."""
-    batch = _plan_many(events, settings, schema, json_default)
+    batch = plan_many(events, settings, schema, json_default)
     if not batch.slots:
         return []
     await r.check()
     ids = _ids(await r.rows(*bind(r.style, batch.query, batch.params)))
-    missing = _missing_keys(batch, ids)
+    missing = missing_keys(batch, ids)
     found = _owners(await r.rows(*_owners_query(r, schema, missing))) if missing else {}
-    return _finish(batch, ids, found)
+    return finish(batch, ids, found)
