@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from outbox._db.queries import WAKE_CHANNEL, WAKE_KEY
-from outbox._db.queries.operations import ORDERED_LOCK_ORDER
+from outbox._db import queries as core
 
 # The claim: lease up to %(limit)s due deliveries, fairly across endpoints.
 #
@@ -182,7 +181,7 @@ SELECT c.id AS delivery_id, c.attempts AS attempt, c.lease_token AS token, c.eve
   CROSS JOIN LATERAL (SELECT * FROM {schema}.endpoints p
                        WHERE p.id = c.endpoint_id LIMIT 1) ep
 """.replace("PENDING", _PENDING).replace("LAST_UUID", _LAST_UUID).replace(
-    "LOCK_ORDER_F", ORDERED_LOCK_ORDER.format(ep="f.endpoint_id", key="f.key"))
+    "LOCK_ORDER_F", core.ORDERED_LOCK_ORDER.format(ep="f.endpoint_id", key="f.key"))
 
 # Record many attempts in one statement. Fenced: a row is updated only while it still
 # carries the lease token of the claim that sent it, so a late result after a re-claim
@@ -226,14 +225,14 @@ advanced AS MATERIALIZED (
     SELECT {schema}.ordered_next(a.endpoint_id, a.key) AS promoted
       FROM (SELECT DISTINCT endpoint_id, key FROM upd
              WHERE key IS NOT NULL AND state = 'delivered') a
-     ORDER BY """ + ORDERED_LOCK_ORDER.format(ep="a.endpoint_id", key="a.key") + """),
+     ORDER BY """ + core.ORDERED_LOCK_ORDER.format(ep="a.endpoint_id", key="a.key") + """),
 -- A promoted delivery is due now: wake an idle worker as emit does (outbox._db.queries.emit's
 -- wake-up: a NOTIFY only while some worker is idle, else a shared lock an arming worker
 -- waits for), else a key's next delivery would wait for the idle worker's fallback poll.
 woken AS MATERIALIZED (
-    SELECT pg_notify(""" + WAKE_CHANNEL + """, '')
+    SELECT pg_notify(""" + core.WAKE_CHANNEL + """, '')
       FROM (SELECT 1 FROM advanced WHERE promoted IS NOT NULL LIMIT 1) p
-     WHERE NOT pg_try_advisory_xact_lock_shared(""" + WAKE_KEY + """)),
+     WHERE NOT pg_try_advisory_xact_lock_shared(""" + core.WAKE_KEY + """)),
 gone AS (
     UPDATE {schema}.endpoints
        SET enabled = false, disabled_reason = 'receiver answered 410 Gone', updated_at = now()
@@ -306,7 +305,7 @@ repaired AS MATERIALIZED (
      WHERE NOT EXISTS (SELECT 1 FROM {schema}.deliveries h
                         WHERE h.endpoint_id = v.endpoint_id AND h.key = v.key
                           AND h.key IS NOT NULL AND h.state IN ('pending', 'dead'))
-     ORDER BY """ + ORDERED_LOCK_ORDER.format(ep="v.endpoint_id", key="v.key") + """)
+     ORDER BY """ + core.ORDERED_LOCK_ORDER.format(ep="v.endpoint_id", key="v.key") + """)
 SELECT (SELECT count(*) FROM visited) AS visited,
        (SELECT endpoint_id FROM visited WHERE n = %(keys)s) AS last_endpoint,
        (SELECT key FROM visited WHERE n = %(keys)s) AS last_key,
@@ -376,7 +375,7 @@ SELECT state, count(*) AS deliveries, sum(attempts) AS attempts
 # advisory locks do not survive a transaction-mode pooler).
 # LISTEN on the schema's channel (a DO block: LISTEN takes no parameter, and the channel
 # name is computed in SQL, once, by outbox._db.queries.WAKE_CHANNEL).
-WAKE_LISTEN = "DO $$ BEGIN EXECUTE format('LISTEN %I', " + WAKE_CHANNEL + "); END $$"
+WAKE_LISTEN = "DO $$ BEGIN EXECUTE format('LISTEN %I', " + core.WAKE_CHANNEL + "); END $$"
 # How long arming may wait for emitting transactions that skipped the NOTIFY to end.
 WAKE_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %s, false)"
 # Arm: become the schema's one idle sentinel (a try: another idle worker may be it), then
@@ -386,7 +385,7 @@ WAKE_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %s, false)"
 # sentinel (this one still LISTENs); SQLSTATE 55P03: an emitting transaction is still open.
 WAKE_ARM = (
     "SELECT CASE WHEN pg_try_advisory_lock(hashtext('outbox.wakeup.sentinel'),"
-    " hashtext('{schema}')) THEN (SELECT true FROM pg_advisory_lock(" + WAKE_KEY + "))"
+    " hashtext('{schema}')) THEN (SELECT true FROM pg_advisory_lock(" + core.WAKE_KEY + "))"
     " ELSE false END"
 )
 # Disarm (busy: it will claim again by itself): emitting transactions stop NOTIFYing.
@@ -394,7 +393,7 @@ WAKE_DISARM = "SELECT pg_advisory_unlock_all()"
 # Hand over: a sentinel that goes busy tells the other listeners, so an idle worker that
 # lost the election to it tries again now (else nobody would be armed until its next poll,
 # and emitters, seeing no sentinel, would not NOTIFY). One NOTIFY per hand-over.
-WAKE_HANDOVER = "SELECT pg_notify(" + WAKE_CHANNEL + ", '')"
+WAKE_HANDOVER = "SELECT pg_notify(" + core.WAKE_CHANNEL + ", '')"
 # Seconds until the earliest pending delivery comes due (a retry, a lease, a breaker's
 # pause), negative if one is due now, NULL if none: one descent of deliveries_due (and
 # one of deliveries_fresh: a fresh row is due now, the next claim places it).

@@ -26,6 +26,24 @@ validation happens before SQL, and SQL failures abort the caller's own transacti
 
 from __future__ import annotations
 
+__all__ = [
+    "ConfigurationError",
+    "DatabaseError",
+    "DatabaseUnavailable",
+    "DeliveryNotFound",
+    "EndpointNotFound",
+    "InvalidEndpoint",
+    "InvalidEvent",
+    "InvalidSignature",
+    "InvalidWebhook",
+    "MalformedWebhook",
+    "MigrationError",
+    "NotInTransaction",
+    "OperationRefused",
+    "OutboxError",
+    "SchemaMissing",
+]
+
 
 class OutboxError(Exception):
     """Root of every error outbox raises on purpose."""

@@ -13,11 +13,19 @@ from functools import lru_cache
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from outbox._security.secretbox import SecretBox
 from outbox.errors import ConfigurationError
+
+__all__ = [
+    "DEFAULT_DATABASE_URL",
+    "Settings",
+    "get_settings",
+    "invalid_settings",
+    "mask_url",
+]
 
 DEFAULT_DATABASE_URL = "postgresql://127.0.0.1:5432/postgres"
 SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -133,3 +141,10 @@ def mask_url(url: str) -> str:
     netloc = parts.netloc.rsplit("@", 1)
     user = parts.username or ""
     return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[-1]}"))
+
+
+def invalid_settings(exc: ValidationError, what: str) -> ConfigurationError:
+    """The first problem of ``exc`` as ``invalid WHAT NAME: why``."""
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "settings"
+    return ConfigurationError(f"invalid {what} {where}: {first['msg']}")

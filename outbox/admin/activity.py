@@ -16,6 +16,11 @@ from psycopg.rows import class_row
 from outbox._db import queries
 from outbox._db.connection import render, translated
 
+__all__ = [
+    "Minute",
+    "last_hour",
+]
+
 
 @dataclass(frozen=True, slots=True)
 class Minute:

@@ -1,50 +1,49 @@
-"""Dead letters: list and inspect dead deliveries, and replay them.
+"""Dead letters: list them (a page at a time), inspect one with its attempt log, and skip
+the dead head of an ordered key. Replay lives in :mod:`outbox.admin.replay`.
 
-A replay puts a dead delivery back in the queue: state ``pending``, ``attempts`` 0 (a
-fresh retry budget), due now, no lease, no ``finished_at``. It is the same row, so the
-same event and the same ``webhook-id``: receivers that deduplicate see a retry, not a new
-event. Guarantees of :func:`replay`:
-
-- **No duplicates.** There is one row per (event, endpoint); a batch updates only rows
-  that are still ``dead`` when it locks them. Replaying the same rows twice, two replays
-  at once, or a replay while a worker delivers an already replayed row never makes a
-  second pending copy and never touches a pending (possibly leased) row.
-- **Short transactions.** Rows go in batches of ``batch_size`` ids, keyset-paginated by
-  id, each batch its own transaction; nothing is held between batches. An interrupted
-  replay leaves whole batches replayed and the rest dead: running it again finishes it.
-- **Audited.** Each replayed row gets a ``delivery_attempts`` entry (attempt 0, outcome
-  ``replayed``, by ``actor``) recording what it had died of.
-- **Refusals change nothing.** Unknown ids raise :class:`DeliveryNotFound`; dead rows of a
-  disabled endpoint raise :class:`OperationRefused` unless ``enable_endpoints``.
-- **Ordered endpoints.** A dead delivery that still holds its key blocks the key: the
-  key's later deliveries wait. Replaying it puts it back at the head of its key, so the
-  key resumes in order; :func:`skip` releases the key without it instead.
+- **Read-only listing.** :func:`list_dead` and :func:`show` change nothing; a page is a
+  keyset on (finished_at, id), so every dead row is reached exactly once.
 - **Tenant scoping.** A :class:`Selection` with ``tenant`` picks only deliveries of that
-  tenant's *events* (whichever endpoint, an all-tenants one included), in the listing, the
-  plan and inside every batch of the replay: another tenant's rows are never read into a
-  batch, locked or changed.
+  tenant's *events* (whichever endpoint, an all-tenants one included).
+- **Ordered endpoints.** A dead delivery that still holds its key blocks the key: the
+  key's later deliveries wait. :func:`skip` releases the key without it (replay puts it
+  back at the head instead).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
-from psycopg.rows import class_row, scalar_row
+from psycopg.rows import class_row
 
 from outbox._db import queries
 from outbox._db.connection import render, translated
-from outbox._db.queries import operations as opq
 from outbox._emit.event import check_tenant, check_type
 from outbox.admin import endpoints as ep
+from outbox.admin._paging import MAX_PAGE
 from outbox.errors import DeliveryNotFound, OperationRefused
 
-Progress = Callable[[int, int], None]
+__all__ = [
+    "Attempt",
+    "DeadCursor",
+    "DeadDelivery",
+    "DeadPage",
+    "DeliveryDetail",
+    "Selection",
+    "SkipResult",
+    "each_dead",
+    "list_dead",
+    "parse_delivery_id",
+    "show",
+    "skip",
+]
+
 """Called after each committed batch with (rows examined so far, rows selected in all)."""
 
 
@@ -134,52 +133,6 @@ class DeliveryDetail:
     log: list[Attempt] = field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
-class EndpointShare:
-    """Selected dead deliveries of one endpoint."""
-
-    endpoint_id: uuid.UUID
-    url: str | None
-    enabled: bool
-    disabled_reason: str | None
-    count: int
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayPlan:
-    """What :func:`replay` would touch now, per endpoint (largest first)."""
-
-    endpoints: list[EndpointShare]
-
-    @property
-    def total(self) -> int:
-        return sum(e.count for e in self.endpoints)
-
-    @property
-    def disabled(self) -> list[EndpointShare]:
-        return [e for e in self.endpoints if not e.enabled]
-
-
-@dataclass(frozen=True, slots=True)
-class _Batch:
-    """What one REPLAY_BATCH statement did: its last id (0: none), picked and replayed."""
-
-    last_id: int
-    picked: int
-    replayed: int
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayResult:
-    """``replayed`` rows went back to pending; ``skipped`` were selected but no longer
-    dead when their batch ran (replayed or pruned meanwhile)."""
-
-    replayed: int
-    skipped: int
-    batches: int
-    enabled_endpoints: list[uuid.UUID]
-
-
 def parse_delivery_id(value: str | int) -> int:
     """``value`` as a delivery id, or :class:`DeliveryNotFound` naming what was given."""
     try:
@@ -191,17 +144,106 @@ def parse_delivery_id(value: str | int) -> int:
     return number
 
 
-def list_dead(
-    conn: psycopg.Connection[Any], *, schema: str, selection: Selection = Selection(),
-    limit: int | None = 100,
-) -> list[DeadDelivery]:
-    """Dead deliveries matching ``selection``, most recently dead first (``limit`` None:
-    all). Read-only."""
+@dataclass(frozen=True, slots=True)
+class DeadCursor:
+    """Where a page of :func:`list_dead` stopped: its last row's (finished_at, id). As text
+    (``str``, :meth:`parse`) it is ``<ISO 8601 finished_at>|<id>``, opaque to clients."""
+
+    finished_at: dt.datetime
+    id: int
+
+    def __str__(self) -> str:  # UTC with a Z: nothing a query string must escape
+        at = self.finished_at.astimezone(dt.UTC)
+        return f"{at:%Y-%m-%dT%H:%M:%S.%f}Z|{self.id}"
+
+    @classmethod
+    def parse(cls, text: str) -> DeadCursor:
+        """The cursor ``text`` names, or ``ValueError`` (garbage, a naive time, a bad id)."""
+        at, sep, number = text.partition("|")
+        try:
+            when = dt.datetime.fromisoformat(at) if sep and len(text) <= 80 else None
+            ident = int(number) if number.isdigit() else 0
+        except ValueError:
+            when = None
+        if when is None or when.tzinfo is None or not 0 < ident < 2**63:
+            raise ValueError(f"cursor {text[:80]!r} is not one this API returned")
+        return cls(when, ident)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadPage:
+    """Dead deliveries, most recently dead first; ``next_cursor``: pass it back for the
+    next page (None: this one is the last)."""
+
+    rows: list[DeadDelivery]
+    next_cursor: DeadCursor | None
+
+
+def list_dead(conn: psycopg.Connection[Any], *, schema: str, selection: Selection,
+              limit: int = 50, after: DeadCursor | None = None,
+              endpoints: Sequence[uuid.UUID] | None = None) -> DeadPage:
+    """The rows :func:`outbox.admin.deadletter.list_dead` lists, in its order, a page at a time:
+    at most ``limit`` rows after the cursor ``after``. Keyset on (finished_at, id), so
+    every dead row is reached exactly once however many share a finished_at (a batch
+    dies with one ``now()``), and a page costs its rows, not its depth.
+
+    A selection by ``tenant`` alone runs once per endpoint that can carry that tenant's
+    events (its own and the all-tenants ones) on the per-endpoint dead index: the unsplit
+    statement walks every dead row of every tenant to find a small tenant's (measured in
+    bench/web.py: ~500 ms for 1 tenant in 1,000 at 50,000 dead). ``endpoints`` (the
+    portal: a tenant's own endpoints) keeps only rows to those endpoints, the same way."""
+    if not 1 <= limit <= MAX_PAGE:
+        raise ValueError(f"limit must be 1-{MAX_PAGE}, got {limit}")
+    carriers = list(endpoints) if endpoints is not None else None
+    if carriers is None and selection.tenant is not None and selection.endpoint_id is None \
+            and not selection.ids:
+        carriers = _carriers(conn, schema, selection.tenant)
+    if carriers is None:
+        rows = _dead_page(conn, schema, selection, after, limit + 1)
+    else:
+        rows = [row for eid in carriers for row in _dead_page(
+            conn, schema, replace(selection, endpoint_id=eid), after, limit + 1)]
+        rows.sort(key=lambda r: (r.finished_at is not None, r.finished_at, r.id),
+                  reverse=True)
+    page = rows[:limit]
+    if len(rows) <= limit or page[-1].finished_at is None:
+        return DeadPage(page, None)
+    return DeadPage(page, DeadCursor(page[-1].finished_at, page[-1].id))
+
+
+def each_dead(conn: psycopg.Connection[Any], *, schema: str, selection: Selection,
+              limit: int | None = None) -> Iterator[DeadDelivery]:
+    """The rows :func:`list_dead` pages through, in its order, up to ``limit`` (None: all),
+    one page (at most ``MAX_PAGE`` rows) read at a time. Read-only."""
     if limit is not None and limit < 0:
         raise ValueError("limit must not be negative")
-    params = {**selection.params(), "limit": limit}
+    after: DeadCursor | None = None
+    left = limit
+    while left is None or left > 0:
+        size = MAX_PAGE if left is None else min(left, MAX_PAGE)
+        page = list_dead(conn, schema=schema, selection=selection, limit=size, after=after)
+        yield from page.rows
+        if left is not None:
+            left -= len(page.rows)
+        if page.next_cursor is None:
+            return
+        after = page.next_cursor
+
+
+def _carriers(conn: psycopg.Connection[Any], schema: str, tenant: str) -> list[uuid.UUID]:
+    """The endpoints that can carry ``tenant``'s events: its own and the all-tenants ones."""
+    found = [e.id for e in ep.list_all(conn, schema=schema, tenant=tenant)]
+    with translated(), conn.cursor() as cur:
+        cur.execute(render(queries.ALL_TENANT_ENDPOINTS, schema))
+        return found + [uuid.UUID(str(r[0])) for r in cur.fetchall()]
+
+
+def _dead_page(conn: psycopg.Connection[Any], schema: str, selection: Selection,
+               after: DeadCursor | None, limit: int) -> list[DeadDelivery]:
+    params = {**selection.params(), "limit": limit, "at": after and after.finished_at,
+              "after_id": after and after.id}
     with translated(), conn.cursor(row_factory=class_row(DeadDelivery)) as cur:
-        cur.execute(render(queries.DEAD_LIST, schema), params, prepare=False)
+        cur.execute(render(queries.DEAD_PAGE, schema), params, prepare=False)
         return cur.fetchall()
 
 
@@ -217,104 +259,6 @@ def show(conn: psycopg.Connection[Any], delivery_id: str | int, *, schema: str) 
         with conn.cursor(row_factory=class_row(Attempt)) as attempts:
             attempts.execute(render(queries.DELIVERY_ATTEMPTS, schema), (did,))
             return replace(detail, log=attempts.fetchall())
-
-
-def plan_replay(
-    conn: psycopg.Connection[Any], *, schema: str, selection: Selection
-) -> ReplayPlan:
-    """The dead deliveries ``selection`` picks now, per endpoint; read-only.
-
-    Raises :class:`DeliveryNotFound` for an id in ``selection.ids`` that does not exist
-    (ids that exist but are not dead are simply not selected).
-    """
-    if selection.ids:
-        with translated(), conn.cursor(row_factory=scalar_row) as ids:  # first column: id
-            ids.execute(render(queries.DELIVERY_STATES, schema), (list(selection.ids),))
-            missing = sorted(set(selection.ids) - set(ids.fetchall()))
-        if missing:
-            raise DeliveryNotFound("no delivery " + ", ".join(map(str, missing)))
-    # a tenant alone: per endpoint that can carry its events, not every tenant's dead rows
-    summary = (opq.DEAD_SUMMARY_TENANT if selection.tenant is not None and not selection.ids
-               else queries.DEAD_SUMMARY)
-    with translated(), conn.cursor(row_factory=class_row(EndpointShare)) as shares:
-        shares.execute(render(summary, schema), selection.params(), prepare=False)
-        return ReplayPlan(shares.fetchall())
-
-
-def refusal(plan: ReplayPlan) -> str | None:
-    """Why ``plan`` may not run without enabling endpoints, or None."""
-    if not plan.disabled:
-        return None
-    names = "; ".join(
-        f"{e.endpoint_id} ({e.url}, {e.count} dead, disabled: {e.disabled_reason or '?'})"
-        for e in plan.disabled
-    )
-    return (f"refusing to replay onto disabled endpoint(s): {names}. Fix the receiver, then "
-            "run `outbox endpoints enable ID` or pass --enable-endpoint")
-
-
-def _check_enable_scope(conn: psycopg.Connection[Any], schema: str, tenant: str | None,
-                        disabled: list[EndpointShare]) -> None:
-    """Under a tenant scope, enabling an endpoint is allowed only for that tenant's own:
-    enabling a shared (all-tenants) endpoint would make every tenant's parked rows due."""
-    if tenant is None:
-        return
-    for share in disabled:
-        owner = ep.get(conn, share.endpoint_id, schema=schema)
-        if owner.tenant != tenant:
-            whose = "every tenant's" if owner.all_tenants else f"tenant {owner.tenant!r}'s"
-            raise OperationRefused(
-                f"endpoint {owner.id} is disabled and receives {whose} events: enabling it"
-                f" under --tenant {tenant} would release other tenants' deliveries; enable it"
-                " with `outbox endpoints enable ID` (or replay without --tenant)")
-
-
-def replay(
-    conn: psycopg.Connection[Any],
-    *,
-    schema: str,
-    selection: Selection,
-    batch_size: int = 1000,
-    enable_endpoints: bool = False,
-    actor: str = "outbox replay",
-    progress: Progress | None = None,
-) -> ReplayResult:
-    """Re-queue the selected dead deliveries (see the module's guarantees).
-
-    ``conn`` must not be inside a transaction: each batch commits on its own. With
-    ``enable_endpoints``, disabled endpoints among the selection are enabled first.
-    """
-    if batch_size < 1:
-        raise ValueError("batch_size must be at least 1")
-    if conn.info.transaction_status != TransactionStatus.IDLE:
-        raise OperationRefused("replay commits batch by batch: run it outside a transaction")
-    plan = plan_replay(conn, schema=schema, selection=selection)
-    reason = refusal(plan)
-    if reason and not enable_endpoints:
-        raise OperationRefused(reason)
-    if enable_endpoints:
-        _check_enable_scope(conn, schema, selection.tenant, plan.disabled)
-    enabled = []
-    for share in plan.disabled:
-        with conn.transaction():
-            enabled.append(ep.set_enabled(conn, share.endpoint_id, True, schema=schema).id)
-    sql = render(queries.REPLAY_BATCH, schema)
-    params = {**selection.params(), "limit": batch_size, "actor": actor, "after": 0}
-    replayed = examined = batches = 0
-    while True:
-        with translated(), conn.transaction(), conn.cursor(row_factory=class_row(_Batch)) as cur:
-            cur.execute(sql, params, prepare=False)
-            batch = cur.fetchone()
-        assert batch is not None
-        if batch.picked == 0:
-            break
-        batches += 1
-        replayed += batch.replayed
-        examined += batch.picked
-        params["after"] = batch.last_id
-        if progress is not None:
-            progress(examined, max(plan.total, examined))
-    return ReplayResult(replayed, examined - replayed, batches, enabled)
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,9 +331,9 @@ def _read_committed(conn: psycopg.Connection[Any], own: bool) -> None:
     lock on a snapshot taken after it (migrations/0005_ordered.sql), which an older
     REPEATABLE READ or SERIALIZABLE snapshot would not see."""
     if own:
-        conn.execute(opq.READ_COMMITTED)
+        conn.execute(queries.READ_COMMITTED)
         return
-    level = conn.execute(opq.TRANSACTION_ISOLATION).fetchone()
+    level = conn.execute(queries.TRANSACTION_ISOLATION).fetchone()
     if level is None or level[0] != "read committed":
         raise OperationRefused(
             f"dead skip must run in a READ COMMITTED transaction, not {level and level[0]}:"

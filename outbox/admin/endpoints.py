@@ -41,6 +41,26 @@ from outbox.errors import EndpointNotFound, InvalidEndpoint, OperationRefused
 from outbox.settings import get_settings
 from outbox.signing import decode_secret, generate_secret
 
+__all__ = [
+    "URL_MAX_LENGTH",
+    "Created",
+    "Endpoint",
+    "Rotated",
+    "Updated",
+    "add",
+    "check_destination",
+    "get",
+    "list_all",
+    "parse_id",
+    "rotate_secret",
+    "set_enabled",
+    "signing_secrets",
+    "update",
+    "validate_headers",
+    "validate_text",
+    "validate_url",
+]
+
 URL_MAX_LENGTH = 2048
 _HEADER_NAME_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$")
 _RESERVED_HEADERS = frozenset(
@@ -182,7 +202,7 @@ def check_destination(url: str, allow_networks: Sequence[IPNetwork]) -> tuple[st
     return ()
 
 
-# The ENDPOINT_* queries return queries._ENDPOINT_COLUMNS: Endpoint's fields, by name.
+# The ENDPOINT_* queries return queries.ENDPOINT_COLUMNS: Endpoint's fields, by name.
 _ENDPOINT_ROW = class_row(Endpoint)
 
 

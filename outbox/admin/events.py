@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -30,14 +29,31 @@ from psycopg.rows import class_row
 
 from outbox._db import queries
 from outbox._db.connection import render, translated
-from outbox._db.queries.events import DEAD_PAGE
 from outbox._emit.event import check_tenant, check_type
 from outbox.admin import deadletter as dl
 from outbox.admin import endpoints as ep
 from outbox.admin import stats as st
+from outbox.admin._paging import MAX_PAGE
 from outbox.errors import OutboxError
 
-MAX_PAGE = 500
+__all__ = [
+    "MAX_PAGE",
+    "AttemptRow",
+    "EndpointHealth",
+    "EndpointPage",
+    "EventDelivery",
+    "EventDetail",
+    "EventNotFound",
+    "EventPage",
+    "EventSummary",
+    "endpoint_health",
+    "get_event",
+    "id_floor",
+    "list_endpoints",
+    "list_events",
+    "owned_deliveries",
+    "parse_event_id",
+]
 
 
 class EventNotFound(OutboxError):
@@ -247,87 +263,3 @@ def _breaker(row: st.EndpointStats) -> str:
     if row.pending and not row.due and not row.in_flight and row.last_error:
         return "open"
     return "closed"
-
-
-@dataclass(frozen=True, slots=True)
-class DeadCursor:
-    """Where a page of :func:`list_dead` stopped: its last row's (finished_at, id). As text
-    (``str``, :meth:`parse`) it is ``<ISO 8601 finished_at>|<id>``, opaque to clients."""
-
-    finished_at: dt.datetime
-    id: int
-
-    def __str__(self) -> str:  # UTC with a Z: nothing a query string must escape
-        at = self.finished_at.astimezone(dt.UTC)
-        return f"{at:%Y-%m-%dT%H:%M:%S.%f}Z|{self.id}"
-
-    @classmethod
-    def parse(cls, text: str) -> DeadCursor:
-        """The cursor ``text`` names, or ``ValueError`` (garbage, a naive time, a bad id)."""
-        at, sep, number = text.partition("|")
-        try:
-            when = dt.datetime.fromisoformat(at) if sep and len(text) <= 80 else None
-            ident = int(number) if number.isdigit() else 0
-        except ValueError:
-            when = None
-        if when is None or when.tzinfo is None or not 0 < ident < 2**63:
-            raise ValueError(f"cursor {text[:80]!r} is not one this API returned")
-        return cls(when, ident)
-
-
-@dataclass(frozen=True, slots=True)
-class DeadPage:
-    """Dead deliveries, most recently dead first; ``next_cursor``: pass it back for the
-    next page (None: this one is the last)."""
-
-    rows: list[dl.DeadDelivery]
-    next_cursor: DeadCursor | None
-
-
-def list_dead(conn: psycopg.Connection[Any], *, schema: str, selection: dl.Selection,
-              limit: int = 50, after: DeadCursor | None = None,
-              endpoints: Sequence[uuid.UUID] | None = None) -> DeadPage:
-    """The rows :func:`outbox.admin.deadletter.list_dead` lists, in its order, a page at a time:
-    at most ``limit`` rows after the cursor ``after``. Keyset on (finished_at, id), so
-    every dead row is reached exactly once however many share a finished_at (a batch
-    dies with one ``now()``), and a page costs its rows, not its depth.
-
-    A selection by ``tenant`` alone runs once per endpoint that can carry that tenant's
-    events (its own and the all-tenants ones) on the per-endpoint dead index: the unsplit
-    statement walks every dead row of every tenant to find a small tenant's (measured in
-    bench/web.py: ~500 ms for 1 tenant in 1,000 at 50,000 dead). ``endpoints`` (the
-    portal: a tenant's own endpoints) keeps only rows to those endpoints, the same way."""
-    if not 1 <= limit <= MAX_PAGE:
-        raise ValueError(f"limit must be 1-{MAX_PAGE}, got {limit}")
-    carriers = list(endpoints) if endpoints is not None else None
-    if carriers is None and selection.tenant is not None and selection.endpoint_id is None \
-            and not selection.ids:
-        carriers = _carriers(conn, schema, selection.tenant)
-    if carriers is None:
-        rows = _dead_page(conn, schema, selection, after, limit + 1)
-    else:
-        rows = [row for eid in carriers for row in _dead_page(
-            conn, schema, replace(selection, endpoint_id=eid), after, limit + 1)]
-        rows.sort(key=lambda r: (r.finished_at is not None, r.finished_at, r.id),
-                  reverse=True)
-    page = rows[:limit]
-    if len(rows) <= limit or page[-1].finished_at is None:
-        return DeadPage(page, None)
-    return DeadPage(page, DeadCursor(page[-1].finished_at, page[-1].id))
-
-
-def _carriers(conn: psycopg.Connection[Any], schema: str, tenant: str) -> list[uuid.UUID]:
-    """The endpoints that can carry ``tenant``'s events: its own and the all-tenants ones."""
-    found = [e.id for e in ep.list_all(conn, schema=schema, tenant=tenant)]
-    with translated(), conn.cursor() as cur:
-        cur.execute(render(queries.ALL_TENANT_ENDPOINTS, schema))
-        return found + [uuid.UUID(str(r[0])) for r in cur.fetchall()]
-
-
-def _dead_page(conn: psycopg.Connection[Any], schema: str, selection: dl.Selection,
-               after: DeadCursor | None, limit: int) -> list[dl.DeadDelivery]:
-    params = {**selection.params(), "limit": limit, "at": after and after.finished_at,
-              "after_id": after and after.id}
-    with translated(), conn.cursor(row_factory=class_row(dl.DeadDelivery)) as cur:
-        cur.execute(render(DEAD_PAGE, schema), params, prepare=False)
-        return cur.fetchall()

@@ -37,6 +37,15 @@ from outbox._db import queries
 from outbox._db.connection import render, translated
 from outbox.errors import MigrationError
 
+__all__ = [
+    "Cursor",
+    "Migration",
+    "apply_in_transaction",
+    "available",
+    "migrate",
+    "script",
+]
+
 _NAME_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _INBOX_NAME_RE = re.compile(r"^inbox_(\d{4})_([a-z0-9_]+)\.sql$")
 

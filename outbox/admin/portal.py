@@ -38,6 +38,23 @@ from outbox._security.ssrf import parse_networks
 from outbox.errors import ConfigurationError, OutboxError
 from outbox.settings import Settings
 
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "LINK_MAX",
+    "LINK_MIN",
+    "MIN_SECRET_LENGTH",
+    "InvalidToken",
+    "PortalLink",
+    "WebSettings",
+    "check_secrets",
+    "mint_link",
+    "open_link",
+    "open_token",
+    "sign",
+    "signing_key",
+    "web_settings",
+]
+
 LINK_MIN = dt.timedelta(minutes=1)
 LINK_MAX = dt.timedelta(days=30)
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"

@@ -42,6 +42,13 @@ from outbox._db.connection import render, translated
 from outbox._emit.event import check_tenant
 from outbox.errors import OperationRefused
 
+__all__ = [
+    "PruneProgress",
+    "PruneResult",
+    "prune",
+    "uuid7_floor",
+]
+
 PruneProgress = Callable[[str, int, int | None], None]
 """Called after each batch with (phase, rows done in that phase, phase total or None).
 Phases: ``"deliveries"`` (rows deleted, total known) and ``"events"`` (ids examined)."""

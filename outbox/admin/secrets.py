@@ -27,6 +27,10 @@ from outbox._security.secretbox import SecretBox
 from outbox.errors import ConfigurationError
 from outbox.settings import get_settings
 
+__all__ = [
+    "reencrypt",
+]
+
 
 @dataclass(frozen=True, slots=True)
 class _Stored:

@@ -35,6 +35,17 @@ from outbox._db import queries
 from outbox._db.connection import render, translated
 from outbox._emit.event import check_tenant
 
+__all__ = [
+    "DueSummary",
+    "EndpointStats",
+    "Snapshot",
+    "TenantBacklog",
+    "by_endpoint",
+    "due_summary",
+    "snapshot",
+    "top_tenants",
+]
+
 
 @dataclass(frozen=True, slots=True)
 class EndpointStats:

@@ -11,9 +11,9 @@ import click
 
 from outbox.admin import deadletter as dl
 from outbox.admin.endpoints import parse_id
-from outbox.cli import Context, cli, pass_ctx
 from outbox.cli.output import cut, echo_json, print_table, when
 from outbox.cli.params import TIME_HELP, When, check_range, tenant_option
+from outbox.cli.root import Context, cli, pass_ctx
 
 
 def selection_options(func: click.decorators.FC) -> click.decorators.FC:
@@ -79,8 +79,8 @@ def list_(ctx: Context, endpoint_id: str | None, event_type: str | None,
     """
     selection = make_selection(endpoint_id, event_type, since, until, tenant)
     with ctx.connect() as conn:
-        rows = dl.list_dead(conn, schema=ctx.schema, selection=selection,
-                            limit=limit or None)
+        rows = list(dl.each_dead(conn, schema=ctx.schema, selection=selection,
+                                 limit=limit or None))
     if as_json:
         echo_json(rows)
         return

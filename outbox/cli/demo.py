@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from outbox import devdb
-from outbox.cli import Context, cli, pass_ctx, worker_seam
+from outbox import worker as worker_seam
+from outbox.cli.root import Context, cli, pass_ctx
 
 
 @cli.command()

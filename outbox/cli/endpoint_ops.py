@@ -8,11 +8,12 @@ from typing import Any
 
 import click
 
+from outbox import worker as worker_seam
 from outbox.admin import endpoints as ep
-from outbox.cli import Context, Failed, pass_ctx, worker_seam
 from outbox.cli.endpoints import endpoint_json, endpoints, parse_headers, print_warnings
 from outbox.cli.output import cut, echo_json, when
 from outbox.cli.params import Duration, delivery_options
+from outbox.cli.root import Context, Failed, pass_ctx
 
 
 @endpoints.command("update")

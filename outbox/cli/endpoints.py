@@ -9,9 +9,9 @@ from typing import Any
 import click
 
 from outbox.admin import endpoints as ep
-from outbox.cli import Context, cli, pass_ctx
 from outbox.cli.output import print_table
 from outbox.cli.params import delivery_options, tenant_option
+from outbox.cli.root import Context, cli, pass_ctx
 
 
 def parse_headers(values: tuple[str, ...]) -> dict[str, str]:

@@ -7,9 +7,9 @@ import datetime as dt
 import click
 
 from outbox import inbox as inbox_lib
-from outbox.cli import Context, cli, pass_ctx
 from outbox.cli.output import echo_json, when
 from outbox.cli.params import Duration
+from outbox.cli.root import Context, cli, pass_ctx
 
 
 @cli.group()

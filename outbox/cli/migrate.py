@@ -6,7 +6,7 @@ import click
 
 from outbox.admin.migrations import migrate as apply_migrations
 from outbox.admin.migrations import script
-from outbox.cli import Context, cli, pass_ctx
+from outbox.cli.root import Context, cli, pass_ctx
 
 
 @cli.command()

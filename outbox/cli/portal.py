@@ -9,8 +9,8 @@ import click
 
 from outbox._emit.event import check_tenant
 from outbox.admin import portal
-from outbox.cli import Context, cli, pass_ctx
 from outbox.cli.params import Duration
+from outbox.cli.root import Context, cli, pass_ctx
 
 
 @cli.command("portal-link")

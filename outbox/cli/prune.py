@@ -7,9 +7,9 @@ import datetime as dt
 import click
 
 from outbox.admin import retention
-from outbox.cli import Context, cli, pass_ctx
 from outbox.cli.output import echo_json, progress, when
 from outbox.cli.params import Duration, tenant_option
+from outbox.cli.root import Context, cli, pass_ctx
 
 
 @cli.command()

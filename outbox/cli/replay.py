@@ -8,10 +8,10 @@ import socket
 
 import click
 
-from outbox.admin import deadletter as dl
-from outbox.cli import Context, cli, pass_ctx
+from outbox.admin import replay as rp
 from outbox.cli.dead import make_selection, selection_options
 from outbox.cli.output import echo_json, print_table, progress
+from outbox.cli.root import Context, cli, pass_ctx
 from outbox.errors import OperationRefused
 
 
@@ -23,7 +23,7 @@ def _actor() -> str:
     return f"replay by {user}@{socket.gethostname()}"
 
 
-def _print_plan(plan: dl.ReplayPlan, dry_run: bool) -> None:
+def _print_plan(plan: rp.ReplayPlan, dry_run: bool) -> None:
     verb = "would replay" if dry_run else "replaying"
     click.echo(f"{verb} {plan.total} dead deliveries to {len(plan.endpoints)} endpoint(s)")
     print_table(
@@ -81,10 +81,10 @@ def replay(ctx: Context, ids: tuple[int, ...], endpoint_id: str | None, event_ty
             "say what to replay: --id, --endpoint, --event-type, --since/--until, or --all")
     selection = make_selection(endpoint_id, event_type, since, until, tenant, ids)
     with ctx.connect() as conn:
-        plan = dl.plan_replay(conn, schema=ctx.schema, selection=selection)
+        plan = rp.plan_replay(conn, schema=ctx.schema, selection=selection)
         if not as_json:
             _print_plan(plan, dry_run)
-        reason = dl.refusal(plan)
+        reason = rp.refusal(plan)
         if reason and not enable_endpoint:
             raise OperationRefused(reason)
         if dry_run:
@@ -92,7 +92,7 @@ def replay(ctx: Context, ids: tuple[int, ...], endpoint_id: str | None, event_ty
                 echo_json({"dry_run": True, "total": plan.total, "endpoints": plan.endpoints})
             return
         with progress("replaying", plan.total) as update:
-            result = dl.replay(conn, schema=ctx.schema, selection=selection,
+            result = rp.replay(conn, schema=ctx.schema, selection=selection,
                                batch_size=batch_size, enable_endpoints=enable_endpoint,
                                actor=_actor(), progress=update)
     if as_json:

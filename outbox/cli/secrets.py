@@ -6,7 +6,7 @@ import click
 
 from outbox._security.secretbox import generate_key
 from outbox.admin.secrets import reencrypt as reencrypt_all
-from outbox.cli import Context, cli, pass_ctx
+from outbox.cli.root import Context, cli, pass_ctx
 
 
 @cli.group()

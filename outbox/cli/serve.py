@@ -11,7 +11,7 @@ import click
 from pydantic import SecretStr
 
 from outbox.admin.portal import check_secrets, web_settings
-from outbox.cli import Context, cli, pass_ctx
+from outbox.cli.root import Context, cli, pass_ctx
 from outbox.errors import ConfigurationError
 
 LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost"})

@@ -11,9 +11,9 @@ import click
 
 from outbox.admin import stats as st
 from outbox.admin._timeparse import format_duration
-from outbox.cli import Context, cli, pass_ctx
 from outbox.cli.output import cut, print_table, to_jsonable
 from outbox.cli.params import tenant_option
+from outbox.cli.root import Context, cli, pass_ctx
 
 TOP_TENANTS = 10
 

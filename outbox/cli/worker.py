@@ -6,7 +6,8 @@ from typing import Any
 
 import click
 
-from outbox.cli import Context, cli, pass_ctx, worker_seam
+from outbox import worker as worker_seam
+from outbox.cli.root import Context, cli, pass_ctx
 
 MAX_PROCESSES = 1024
 

@@ -9,9 +9,9 @@ from typing import Any
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import JSONResponse
 
+from outbox import worker as worker_seam
 from outbox.admin import endpoints as ep
 from outbox.admin import events as ev
-from outbox.web import worker_seam
 from outbox.web.deps import (
     AppSettings,
     Conn,
@@ -116,5 +116,7 @@ def ping_endpoint(endpoint_id: str, conn: Conn, settings: AppSettings) -> dict[s
     endpoint = ep.get(conn, endpoint_id, schema=settings.schema_name)
     secrets = ep.signing_secrets(conn, endpoint.id, schema=settings.schema_name,
                                  box=settings.secret_box())
-    result = worker_seam.ping(settings, endpoint, secrets)
+    own = {"database_url": settings.database_url, "schema_name": settings.schema_name,
+           "allow_networks": settings.allow_networks}
+    result = worker_seam.ping(own, endpoint, secrets)
     return {"ping": {**plain(result), "ok": result.ok}}

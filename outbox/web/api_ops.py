@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 
 from outbox.admin import deadletter as dl
 from outbox.admin import events as ev
+from outbox.admin import replay as rp
 from outbox.admin import stats as st
 from outbox.admin.portal import mint_link
 from outbox.web.deps import (
@@ -71,17 +72,17 @@ def list_dead(conn: Conn, settings: AppSettings, endpoint: str | None = None,
     next page; every dead row comes exactly once. ``next_cursor`` null: the last page."""
     sel = selection(endpoint=endpoint, event_type=event_type, since=since, until=until,
                     tenant=tenant)
-    page = ev.list_dead(conn, schema=settings.schema_name, selection=sel, limit=limit,
+    page = dl.list_dead(conn, schema=settings.schema_name, selection=sel, limit=limit,
                         after=dead_cursor(cursor))
     return listing({"dead": plain(page.rows), "next_cursor": _text(page.next_cursor)})
 
 
-def dead_cursor(value: str | None) -> ev.DeadCursor | None:
+def dead_cursor(value: str | None) -> dl.DeadCursor | None:
     """A ``cursor`` parameter, else 400 ``invalid_cursor``."""
     if value is None:
         return None
     try:
-        return ev.DeadCursor.parse(value)
+        return dl.DeadCursor.parse(value)
     except ValueError as exc:
         raise ApiError(400, "invalid_cursor", str(exc)) from None
 
@@ -108,13 +109,13 @@ def replay(body: ReplayIn, conn: Conn, settings: AppSettings) -> dict[str, Any]:
 def run_replay(conn: Any, schema: str, sel: dl.Selection, confirm: bool, enable: bool,
                actor: str) -> dict[str, Any]:
     """The dry run (plan, refusal) or the replay itself; shared with the portal."""
-    plan = dl.plan_replay(conn, schema=schema, selection=sel)
-    refusal = dl.refusal(plan)
+    plan = rp.plan_replay(conn, schema=schema, selection=sel)
+    refusal = rp.refusal(plan)
     answer: dict[str, Any] = {"dry_run": not confirm, "total": plan.total,
                               "endpoints": plain(plan.endpoints), "refusal": refusal}
     if not confirm:
         return answer
-    result = dl.replay(conn, schema=schema, selection=sel, enable_endpoints=enable,
+    result = rp.replay(conn, schema=schema, selection=sel, enable_endpoints=enable,
                        actor=actor)
     return {**answer, "result": plain(result)}
 

@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse
 from outbox.admin import deadletter as dl
 from outbox.admin import endpoints as ep
 from outbox.admin import events as ev
+from outbox.admin import replay as rp
 from outbox.errors import DeliveryNotFound, EndpointNotFound, OperationRefused
 from outbox.web.api_ops import Limit, dead_cursor, run_replay
 from outbox.web.auth import require_portal
@@ -165,7 +166,7 @@ def list_dead(tenant: Tenant, conn: Conn, settings: AppSettings, endpoint: str |
     ``GET /api/dead`` (``next_cursor`` back as ``cursor``)."""
     schema = settings.schema_name
     sel = dl.Selection(since=when("since", since), tenant=tenant)
-    page = ev.list_dead(conn, schema=schema, selection=sel, limit=limit,
+    page = dl.list_dead(conn, schema=schema, selection=sel, limit=limit,
                         after=dead_cursor(cursor),
                         endpoints=_endpoints(conn, schema, tenant, endpoint))
     return listing({"dead": plain(page.rows),
@@ -207,7 +208,7 @@ def _replay_all(conn: Any, schema: str, sels: list[dl.Selection], confirm: bool,
     if refusal:
         raise OperationRefused(refusal.replace("`outbox endpoints enable ID` or pass "
                                                "--enable-endpoint", "enable it first"))
-    results = [dl.replay(conn, schema=schema, selection=s, actor=actor) for s in sels]
+    results = [rp.replay(conn, schema=schema, selection=s, actor=actor) for s in sels]
     return {**answer, "result": {"replayed": sum(r.replayed for r in results),
                                  "skipped": sum(r.skipped for r in results)}}
 

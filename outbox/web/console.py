@@ -18,8 +18,10 @@ from fastapi import APIRouter, Depends, Form, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, Response
 
 from outbox.admin import activity, deadletter, stats
+from outbox.admin import deadletter as dl
 from outbox.admin import endpoints as ep
 from outbox.admin import events as ev
+from outbox.admin import replay as rp
 from outbox.web import auth
 from outbox.web.auth import web_settings
 from outbox.web.chart import NARROW, WIDE, backlog_chart, rate_chart
@@ -80,7 +82,7 @@ def overview(request: Request, page: Page, conn: Conn) -> Response:
         **page, "page": "overview",
         "due": stats.due_summary(conn, schema=schema),
         "pending": sum(e.pending for e in per_endpoint),
-        "dead_total": deadletter.plan_replay(conn, schema=schema,
+        "dead_total": rp.plan_replay(conn, schema=schema,
                                              selection=deadletter.Selection()).total,
         "delivered_1h": sum(m.delivered for m in minutes),
         "rate": [rate_chart(minutes, WIDE), rate_chart(minutes, NARROW)],
@@ -167,8 +169,8 @@ def dead_page(request: Request, page: Page, conn: Conn, done: str | None = None)
     cursor = request.query_params.get("cursor")
     try:
         selection = selection_from(request.query_params)
-        found = ev.list_dead(conn, schema=_schema(request), selection=selection, limit=100,
-                             after=ev.DeadCursor.parse(cursor) if cursor else None)
+        found = dl.list_dead(conn, schema=_schema(request), selection=selection, limit=100,
+                             after=dl.DeadCursor.parse(cursor) if cursor else None)
     except BAD_INPUT + NOT_FOUND as exc:
         return render(request, "dead.html", {**context, "error": str(exc), "rows": []},
                       status_code=400)
@@ -198,7 +200,7 @@ def replay_run(request: Request, page: Page, _: Posted, conn: Conn,
                               "tenant": tenant}.items() if v}
     try:
         selection = selection_from(form)
-        deadletter.replay(conn, schema=_schema(request), selection=selection,
+        rp.replay(conn, schema=_schema(request), selection=selection,
                           enable_endpoints=bool(enable_endpoints), actor="console")
     except REFUSED as exc:
         return error_page(request, exc, {**page, "back": "/dead"})

@@ -22,6 +22,7 @@ from fastapi.responses import HTMLResponse, Response
 from outbox.admin import deadletter
 from outbox.admin import endpoints as ep
 from outbox.admin import events as ev
+from outbox.admin import replay as rp
 from outbox.errors import DeliveryNotFound, EndpointNotFound, OperationRefused
 from outbox.web import auth
 from outbox.web.deps import connection, portal_allow_networks
@@ -201,7 +202,7 @@ def log(request: Request, page: Page, conn: Conn, event_type: str | None = None,
     except BAD_INPUT + NOT_FOUND as exc:
         return error_page(request, exc, {**context, "back": "/portal/log"})
     dead = [(e, deadletter.list_dead(conn, schema=schema, limit=20, selection=deadletter.
-                                     Selection(endpoint_id=e.id, tenant=tenant)))
+                                     Selection(endpoint_id=e.id, tenant=tenant)).rows)
             for e in ep.list_all(conn, schema=schema, tenant=tenant)]
     following = None
     if found.next_before:
@@ -269,7 +270,7 @@ def replay_run(request: Request, page: Page, _: Posted, conn: Conn,
             raise OperationRefused("a portal replay does not enable endpoints: enable the "
                                    "endpoint on the Endpoints page first")
         selection = _portal_selection(request, conn, page["tenant"], fields)
-        deadletter.replay(conn, schema=_schema(request), selection=selection,
+        rp.replay(conn, schema=_schema(request), selection=selection,
                           actor=f"portal {page['tenant']}")
     except REFUSED as exc:
         return error_page(request, exc, {**page, "back": "/portal/log"})

@@ -1,5 +1,5 @@
 """The replay confirmation both the console and the portal show: a dry run
-(:func:`outbox.admin.deadletter.plan_replay`) of the selection, then a form that runs it.
+(:func:`outbox.admin.rp.plan_replay`) of the selection, then a form that runs it.
 
 A selection arrives as query or form fields, the CLI's selectors: ``ids`` (comma-separated
 delivery ids), ``endpoint`` (an endpoint id), ``event_type`` and ``tenant``. Parsing
@@ -18,6 +18,7 @@ from fastapi.responses import Response
 
 from outbox.admin import deadletter
 from outbox.admin import endpoints as ep
+from outbox.admin import replay as rp
 from outbox.web.pages import BAD_INPUT, NOT_FOUND, render
 
 FIELDS = ("ids", "endpoint", "event_type", "tenant")
@@ -53,7 +54,7 @@ def confirm_page(request: Request, conn: psycopg.Connection[Any], context: dict[
     page = {**context, "action": action, "back": back}
     try:
         chosen = selection or selection_from(request.query_params, tenant=tenant)
-        plan = deadletter.plan_replay(conn, schema=schema, selection=chosen)
+        plan = rp.plan_replay(conn, schema=schema, selection=chosen)
     except BAD_INPUT + NOT_FOUND as exc:
         return render(request, "replay_confirm.html", {**page, "error": str(exc)},
                       status_code=404 if isinstance(exc, NOT_FOUND) else 400)

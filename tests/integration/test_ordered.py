@@ -17,6 +17,7 @@ import pytest
 import outbox
 from outbox._db.connection import render
 from outbox.admin import deadletter as dl
+from outbox.admin import replay as rp
 from outbox.admin import stats as st
 from outbox.delivery import queries as dq
 from outbox.errors import DeliveryNotFound, OperationRefused
@@ -237,7 +238,7 @@ def test_skip_and_replay_twice_at_once_while_workers_run(db_url: str) -> None:
                 with psycopg.connect(db_url, autocommit=True) as c:
                     results.append(dl.skip(c, [dead["b"]], schema=SCHEMA))
                     selection = dl.Selection(ids=(dead["d"],))
-                    results.append(dl.replay(c, schema=SCHEMA, selection=selection))
+                    results.append(rp.replay(c, schema=SCHEMA, selection=selection))
 
             threads = [threading.Thread(target=operate) for _ in range(2)]
             for t in threads:
@@ -252,7 +253,7 @@ def test_skip_and_replay_twice_at_once_while_workers_run(db_url: str) -> None:
                 p.wait(10)
     skips = [r for r in results if isinstance(r, dl.SkipResult)]
     assert sorted(len(r.skipped) for r in skips) == [0, 1]
-    replays = [r for r in results if isinstance(r, dl.ReplayResult)]
+    replays = [r for r in results if isinstance(r, rp.ReplayResult)]
     assert sorted(r.replayed for r in replays) == [0, 1]
     assert rx.sequence("b") == rx.sequence("d") == list(range(n))
     assert rx.counts()[str(events["b"][1])] == 1 and rx.counts()[str(events["d"][1])] == 2

@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from outbox.admin import deadletter as dl
+from outbox.admin import replay as rp
 from outbox.errors import OperationRefused
 from outbox.receiver import Behaviour, Receiver
 from tests.support.cli import delivery_ids, execute, invoke, kill
@@ -50,13 +51,13 @@ def test_interrupted_replay_reruns_cleanly(db_url: str, many_dead: list[int]) ->
 
     with psycopg.connect(db_url, autocommit=True) as conn:
         with pytest.raises(KeyboardInterrupt):
-            dl.replay(conn, schema=SCHEMA, selection=dl.Selection(), batch_size=1000,
+            rp.replay(conn, schema=SCHEMA, selection=dl.Selection(), batch_size=1000,
                       progress=abort_after_first_batch)
         assert seen == [(1000, N)]
         assert states(db_url) == {"pending": 1000, "dead": N - 1000}
         assert delivery_ids(db_url, "state = 'pending'") == many_dead[:1000]  # keyset by id
         calls: list[tuple[int, int]] = []
-        result = dl.replay(conn, schema=SCHEMA, selection=dl.Selection(), batch_size=1000,
+        result = rp.replay(conn, schema=SCHEMA, selection=dl.Selection(), batch_size=1000,
                            progress=lambda done, total: calls.append((done, total)))
     assert (result.replayed, result.skipped, result.batches) == (N - 1000, 0, 2)
     assert calls == [(1000, 1500), (1500, 1500)]
@@ -66,13 +67,13 @@ def test_interrupted_replay_reruns_cleanly(db_url: str, many_dead: list[int]) ->
 
 def test_concurrent_replays_never_replay_a_row_twice(db_url: str,
                                                      many_dead: list[int]) -> None:
-    results: list[dl.ReplayResult] = []
+    results: list[rp.ReplayResult] = []
     start = threading.Barrier(3)
 
     def run() -> None:
         with psycopg.connect(db_url, autocommit=True) as conn:
             start.wait()
-            results.append(dl.replay(conn, schema=SCHEMA, selection=dl.Selection(),
+            results.append(rp.replay(conn, schema=SCHEMA, selection=dl.Selection(),
                                      batch_size=100))
 
     threads = [threading.Thread(target=run) for _ in range(3)]
@@ -90,7 +91,7 @@ def test_replay_in_a_transaction_is_refused(db_url: str, many_dead: list[int]) -
     with psycopg.connect(db_url) as conn:
         conn.execute("SELECT 1")
         with pytest.raises(OperationRefused, match="outside a transaction"):
-            dl.replay(conn, schema=SCHEMA, selection=dl.Selection())
+            rp.replay(conn, schema=SCHEMA, selection=dl.Selection())
     assert states(db_url) == {"dead": N}
 
 

@@ -11,6 +11,7 @@ import psycopg
 
 from outbox.admin import deadletter as dl
 from outbox.admin import endpoints as ep
+from outbox.admin import replay as rp
 from outbox.admin import stats as st
 from tests.support.pg import SCHEMA
 
@@ -48,7 +49,7 @@ def _event_probes(c: psycopg.Connection[Any], run: Callable[[], Any]) -> tuple[A
 def test_a_small_tenants_plan_and_stats_skip_other_tenants_rows(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as c:
         _populate(c)
-        plan, probes = _event_probes(c, lambda: dl.plan_replay(
+        plan, probes = _event_probes(c, lambda: rp.plan_replay(
             c, schema=SCHEMA, selection=dl.Selection(tenant="small")))
         assert plan.total == sum(
             1 for _ in c.execute(f"SELECT 1 FROM {SCHEMA}.deliveries d JOIN {SCHEMA}.events e"

@@ -20,6 +20,7 @@ import outbox
 from outbox._db import queries
 from outbox._db.connection import render
 from outbox.admin import deadletter as dl
+from outbox.admin import replay as rp
 from outbox.admin import retention
 from outbox.admin import stats as st
 from outbox.cli import cli, load_commands
@@ -318,7 +319,7 @@ def test_library_refuses_a_bad_tenant_before_any_sql(
     before = snapshot(db_url)
     with psycopg.connect(db_url, autocommit=True) as c:
         for call in (
-            lambda: dl.replay(c, schema=SCHEMA, selection=dl.Selection(tenant=tenant)),
+            lambda: rp.replay(c, schema=SCHEMA, selection=dl.Selection(tenant=tenant)),
             lambda: st.snapshot(c, schema=SCHEMA, tenant=tenant),
             lambda: st.due_summary(c, schema=SCHEMA, tenant=tenant),
             lambda: retention.prune(c, SCHEMA, dt.timedelta(0), dead_too=True, tenant=tenant),

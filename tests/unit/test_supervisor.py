@@ -78,7 +78,7 @@ def test_a_missing_worker_dependency_is_named_before_anything_starts(
     would all fail on a missing package of the ``worker`` extra."""
     import importlib.metadata
 
-    from outbox.cli import worker_seam
+    from outbox import worker as worker_seam
     from outbox.errors import ConfigurationError
 
     monkeypatch.setattr(importlib.metadata, "requires", lambda _name: [

@@ -152,7 +152,8 @@ def test_dead_list_with_selectors(db_url: str, api: TestClient, world: World) ->
     acme = api.get("/api/dead", params={"tenant": "acme"}).json()["dead"]
     assert {d["id"] for d in acme} == set(world.a.dead + world.a.shared_dead)
     with psycopg.connect(db_url) as c:  # split per endpoint: the library's rows and order
-        whole = dl.list_dead(c, schema=SCHEMA, selection=dl.Selection(tenant="acme"), limit=3)
+        whole = dl.list_dead(c, schema=SCHEMA, selection=dl.Selection(tenant="acme"),
+                             limit=3).rows
     assert [d["id"] for d in api.get("/api/dead", params={"tenant": "acme", "limit": 3})
             .json()["dead"]] == [d.id for d in whole]
     one = api.get("/api/dead", params={"endpoint": str(world.a.endpoint)}).json()["dead"]

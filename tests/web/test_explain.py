@@ -100,13 +100,12 @@ def test_dead_list_reads_the_dead_index(history: str) -> None:
 
 
 def test_dead_pages_read_the_dead_index_from_the_cursor(history: str) -> None:
-    from outbox._db.queries.events import DEAD_PAGE
 
     (at,) = execute(history, f"SELECT max(finished_at) FROM {SCHEMA}.deliveries")[0]
     params = {"ids": None, "endpoint": None, "event_type": None, "since": None, "until": None,
               "tenant": None, "limit": 51, "at": at, "after_id": 1 << 40}
     with psycopg.connect(history) as c:
-        row = c.execute(("EXPLAIN (FORMAT JSON) " + render(DEAD_PAGE, SCHEMA)).encode(),
+        row = c.execute(("EXPLAIN (FORMAT JSON) " + render(queries.DEAD_PAGE, SCHEMA)).encode(),
                         params).fetchone()
     assert row is not None
     nodes = _nodes(row[0][0]["Plan"])

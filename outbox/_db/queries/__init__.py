@@ -1,6 +1,7 @@
 """Every SQL statement of the ``outbox`` package, in one place: this package, one module per
-concern (emit, endpoints, operations, schema), every statement re-exported here so callers
-write ``queries.NAME``.
+concern (emit, endpoints, operations, schema, events, console), every statement re-exported
+here: callers, the worker's registry and the tests included, write ``queries.NAME`` (a test
+checks that every upper-case name of the modules is exported).
 
 ``{schema}`` is replaced by the quoted schema name (:func:`outbox._db.connection.render`);
 values are
@@ -20,6 +21,7 @@ from outbox._db.queries.emit import (
     EMIT_ONE_IDEMPOTENT_WAKE,
     EMIT_ONE_WAKE,
     EVENT_ID_BY_IDEMPOTENCY_KEY,
+    PREPARED_STATEMENT,
     ROUTES,
     WAKE,
     WAKE_CHANNEL,
@@ -27,6 +29,7 @@ from outbox._db.queries.emit import (
     WAKE_KEY,
 )
 from outbox._db.queries.endpoints import (
+    ENDPOINT_COLUMNS,
     ENDPOINT_GET,
     ENDPOINT_INSERT,
     ENDPOINT_LIST,
@@ -48,21 +51,25 @@ from outbox._db.queries.events import (
     EVENT_LIST,
 )
 from outbox._db.queries.operations import (
-    DEAD_LIST,
+    DEAD_PAGE,
     DEAD_SKIP,
     DEAD_SKIP_CHECK,
     DEAD_SUMMARY,
+    DEAD_SUMMARY_TENANT,
     DELIVERY_ATTEMPTS,
     DELIVERY_GET,
     DELIVERY_STATES,
+    ORDERED_LOCK_ORDER,
     PRUNE_COUNT,
     PRUNE_CUTOFF,
     PRUNE_DELIVERIES_BATCH,
     PRUNE_EVENTS_BATCH,
+    READ_COMMITTED,
     REPLAY_BATCH,
     STATS_BY_ENDPOINT,
     STATS_DUE,
     STATS_TOP_TENANTS,
+    TRANSACTION_ISOLATION,
 )
 from outbox._db.queries.schema import (
     BEGIN_TRANSACTION,
@@ -89,10 +96,11 @@ __all__ = [
     "COPY_DELIVERIES",
     "COPY_EVENTS",
     "CREATE_SCHEMA",
-    "DEAD_LIST",
+    "DEAD_PAGE",
     "DEAD_SKIP",
     "DEAD_SKIP_CHECK",
     "DEAD_SUMMARY",
+    "DEAD_SUMMARY_TENANT",
     "DELIVERIES_OWNED",
     "DELIVERY_ATTEMPTS",
     "DELIVERY_GET",
@@ -103,6 +111,7 @@ __all__ = [
     "EMIT_ONE_IDEMPOTENT",
     "EMIT_ONE_IDEMPOTENT_WAKE",
     "EMIT_ONE_WAKE",
+    "ENDPOINT_COLUMNS",
     "ENDPOINT_GET",
     "ENDPOINT_INSERT",
     "ENDPOINT_LIST",
@@ -127,10 +136,13 @@ __all__ = [
     "MIGRATIONS_TABLE",
     "MIGRATION_LOCK",
     "MIGRATION_RECORD",
+    "ORDERED_LOCK_ORDER",
+    "PREPARED_STATEMENT",
     "PRUNE_COUNT",
     "PRUNE_CUTOFF",
     "PRUNE_DELIVERIES_BATCH",
     "PRUNE_EVENTS_BATCH",
+    "READ_COMMITTED",
     "REPLAY_BATCH",
     "RESTORE_SEARCH_PATH",
     "ROUTES",
@@ -139,6 +151,7 @@ __all__ = [
     "STATS_BY_ENDPOINT",
     "STATS_DUE",
     "STATS_TOP_TENANTS",
+    "TRANSACTION_ISOLATION",
     "WAKE",
     "WAKE_CHANNEL",
     "WAKE_CHANNEL_NAME",

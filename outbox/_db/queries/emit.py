@@ -77,23 +77,41 @@ WITH ins AS (
     + _FAN_OUT
 )
 
+# The wake-up (OUTBOX_WAKEUP=notify) folds into these two statements as a CTE ``wake``
+# that must run although nothing reads its rows: a CTE nothing reads never runs, and the
+# planner removes a join whose columns nothing reads, so the final SELECT carries it as a
+# scalar subquery in WHERE (an InitPlan: runs once). _wake_ctes() is the only place this
+# text is made: ``fan`` returns a row per delivery written, and ``wake`` tests them.
+def _wake_ctes(fan_out: str, wake: bool) -> str:
+    if not wake:
+        return "fan AS (" + fan_out + ")"
+    return "fan AS (" + fan_out + " RETURNING 1),\nwake AS (" + _WAKE_IF_IDLE + ")"
+
+
+def _wake_guard(wake: bool) -> str:
+    return " WHERE (SELECT count(*) FROM wake) >= 0" if wake else ""
+
+
 # With an idempotency key: a conflict inserts nothing and returns the first event's id.
-EMIT_ONE_IDEMPOTENT = """
+def _emit_one_idempotent(wake: bool) -> str:
+    return """
 WITH ins AS (
     INSERT INTO {schema}.events (id, type, payload, key, idempotency_key, traceparent, tenant)
     VALUES (%(id)s, %(type)s, %(payload)s::json, %(key)s, %(ikey)s, %(traceparent)s,
             %(tenant)s)
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, type, tenant, key),
-fan AS (""" + _FAN_OUT + """)
-SELECT id FROM ins
+""" + _wake_ctes(_FAN_OUT, wake) + """
+SELECT id FROM ins""" + _wake_guard(wake) + """
 UNION ALL
 SELECT id FROM {schema}.events
  WHERE idempotency_key = %(ikey)s AND NOT EXISTS (SELECT 1 FROM ins)
 """
 
+
 # Bulk: arrays in, one round trip; returns the event id of every input row, in input order.
-EMIT_MANY = """
+def _emit_many(wake: bool) -> str:
+    return """
 WITH input AS (
     SELECT * FROM unnest(%(ids)s::uuid[], %(types)s::text[], %(payloads)s::text[],
                          %(keys)s::text[], %(ikeys)s::text[], %(traceparents)s::text[],
@@ -104,13 +122,15 @@ ins AS (
     SELECT id, type, payload::json, key, ikey, traceparent, tenant FROM input ORDER BY ord
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, type, tenant, key),
-fan AS (""" + _FAN_OUT_GROUPED + """)
+""" + _wake_ctes(_FAN_OUT_GROUPED, wake) + """
 SELECT COALESCE(ins.id, old.id) AS id
   FROM input
   LEFT JOIN ins ON ins.id = input.id
-  LEFT JOIN {schema}.events old ON ins.id IS NULL AND old.idempotency_key = input.ikey
+  LEFT JOIN {schema}.events old ON ins.id IS NULL AND old.idempotency_key = input.ikey""" \
+        + _wake_guard(wake) + """
  ORDER BY input.ord
 """
+
 
 # Bulk without idempotency keys: the events and their deliveries by binary COPY (about
 # 1.5x the rate of INSERT ... SELECT for the same rows). Which endpoints take which event
@@ -171,17 +191,10 @@ WITH ins AS (
     RETURNING id, type, tenant, key),
 fan AS (""" + _FAN_OUT + " RETURNING 1)" + _WAKE_IF_IDLE
 )
-EMIT_ONE_IDEMPOTENT_WAKE = EMIT_ONE_IDEMPOTENT.replace(
-    "fan AS (" + _FAN_OUT + ")",
-    "fan AS (" + _FAN_OUT + " RETURNING 1),\nwake AS (" + _WAKE_IF_IDLE + ")",
-).replace("SELECT id FROM ins\n", "SELECT id FROM ins WHERE (SELECT count(*) FROM wake) >= 0\n")
-EMIT_MANY_WAKE = EMIT_MANY.replace(
-    "fan AS (" + _FAN_OUT_GROUPED + ")",
-    "fan AS (" + _FAN_OUT_GROUPED + " RETURNING 1),\nwake AS (" + _WAKE_IF_IDLE + ")",
-).replace(" ORDER BY input.ord\n", " WHERE (SELECT count(*) FROM wake) >= 0\n ORDER BY input.ord\n")
-# (Not a LEFT JOIN to the count: the planner removes a join whose columns nothing reads, and
-# a CTE nothing reads never runs. A scalar subquery in WHERE runs once, as an InitPlan.)
-assert all(q.count("FROM wake)") == 1 for q in (EMIT_ONE_IDEMPOTENT_WAKE, EMIT_MANY_WAKE))
+EMIT_ONE_IDEMPOTENT = _emit_one_idempotent(wake=False)
+EMIT_ONE_IDEMPOTENT_WAKE = _emit_one_idempotent(wake=True)
+EMIT_MANY = _emit_many(wake=False)
+EMIT_MANY_WAKE = _emit_many(wake=True)
 
 # Worker side (outbox.delivery.wakeup): the channel to LISTEN on, and the idle lock.
 WAKE_CHANNEL_NAME = f"SELECT {WAKE_CHANNEL}"

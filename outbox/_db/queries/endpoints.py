@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 # --- endpoints --------------------------------------------------------------------------
-_ENDPOINT_COLUMNS = """
+ENDPOINT_COLUMNS = """
     id, url, description, tenant, all_tenants, event_types, headers, enabled, disabled_reason,
     max_attempts, retry_base_seconds, retry_cap_seconds, timeout_seconds, max_in_flight,
     ordered, previous_secret_expires_at, created_at, updated_at
@@ -20,17 +20,17 @@ VALUES (%(id)s, %(url)s, %(description)s, %(tenant)s, %(all_tenants)s, %(secret)
         %(max_attempts)s, %(retry_base_seconds)s, %(retry_cap_seconds)s,
         %(timeout_seconds)s, %(max_in_flight)s, %(ordered)s)
 RETURNING"""
-    + _ENDPOINT_COLUMNS
+    + ENDPOINT_COLUMNS
 )
 
-ENDPOINT_LIST = "SELECT" + _ENDPOINT_COLUMNS + "FROM {schema}.endpoints ORDER BY created_at, id"
+ENDPOINT_LIST = "SELECT" + ENDPOINT_COLUMNS + "FROM {schema}.endpoints ORDER BY created_at, id"
 # One tenant's endpoints (by endpoints_by_tenant).
 ENDPOINT_LIST_TENANT = (
-    "SELECT" + _ENDPOINT_COLUMNS + "FROM {schema}.endpoints WHERE tenant = %s"
+    "SELECT" + ENDPOINT_COLUMNS + "FROM {schema}.endpoints WHERE tenant = %s"
     " ORDER BY created_at, id"
 )
 
-ENDPOINT_GET = "SELECT" + _ENDPOINT_COLUMNS + "FROM {schema}.endpoints WHERE id = %s"
+ENDPOINT_GET = "SELECT" + ENDPOINT_COLUMNS + "FROM {schema}.endpoints WHERE id = %s"
 
 # Disabling parks the endpoint's idle pending deliveries (visible_at = infinity) so claims
 # skip them at no cost; enabling makes parked ones due at once. Leased rows finish normally.
@@ -41,7 +41,7 @@ WITH ep AS (
        SET enabled = %(enabled)s, disabled_reason = %(reason)s, updated_at = now()
      WHERE id = %(id)s
     RETURNING"""
-    + _ENDPOINT_COLUMNS
+    + ENDPOINT_COLUMNS
     + """),
 parked AS (
     UPDATE {schema}.deliveries d
@@ -72,7 +72,7 @@ UPDATE {schema}.endpoints
        updated_at = now()
  WHERE id = %(id)s
 RETURNING"""
-    + _ENDPOINT_COLUMNS
+    + ENDPOINT_COLUMNS
 )
 
 # Rotation: the current secret becomes the previous one, which keeps signing beside the
@@ -88,7 +88,7 @@ UPDATE {schema}.endpoints
  WHERE id = %(id)s
    AND (%(force)s OR previous_secret_expires_at IS NULL OR previous_secret_expires_at <= now())
 RETURNING"""
-    + _ENDPOINT_COLUMNS
+    + ENDPOINT_COLUMNS
 )
 
 # The secrets that sign a request to this endpoint now (for `outbox endpoints ping`).

@@ -11,8 +11,7 @@ Every selector is optional (NULL switches its condition off): run them unprepare
 
 from __future__ import annotations
 
-from outbox._db.queries.endpoints import _ENDPOINT_COLUMNS
-from outbox._db.queries.operations import DEAD_LIST
+from outbox._db.queries.endpoints import ENDPOINT_COLUMNS
 
 # %(owner)s (NULL: everyone's): only deliveries to endpoints that tenant owns (the customer
 # portal: an all-tenants endpoint is an internal consumer, not the customer's).
@@ -94,22 +93,10 @@ ALL_TENANT_ENDPOINTS = "SELECT id FROM {schema}.endpoints WHERE all_tenants ORDE
 # Endpoints a page at a time, oldest first (UUIDv7 ids), keyset on the id: by the primary key,
 # or by endpoints_by_tenant with %(tenant)s. Unprepared, like EVENT_LIST.
 ENDPOINT_PAGE = (
-    "SELECT" + _ENDPOINT_COLUMNS + """FROM {schema}.endpoints
+    "SELECT" + ENDPOINT_COLUMNS + """FROM {schema}.endpoints
  WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
    AND (%(enabled)s::boolean IS NULL OR enabled = %(enabled)s::boolean)
    AND (%(after)s::uuid IS NULL OR id > %(after)s::uuid)
  ORDER BY id
  LIMIT %(limit)s
 """)
-
-# Dead letters a page at a time (outbox.admin.events.list_dead): DEAD_LIST, most recently dead
-# first, after the keyset cursor (%(at)s, %(after_id)s) = the last row's (finished_at, id).
-# A batch dies with one now(), so many rows share a finished_at: the id breaks the tie, and
-# the row comparison walks deliveries_dead_by_time_id (0006) from the cursor on.
-_ORDER = "\n ORDER BY d.finished_at DESC, d.id DESC"
-_KEYSET = """
-   AND (%(at)s::timestamptz IS NULL
-        OR (d.finished_at, d.id) < (%(at)s::timestamptz, %(after_id)s::bigint))"""
-if DEAD_LIST.count(_ORDER) != 1:  # pragma: no cover - a changed DEAD_LIST must fail loudly
-    raise RuntimeError("DEAD_LIST changed its ORDER BY: update DEAD_PAGE")
-DEAD_PAGE = DEAD_LIST.replace(_ORDER, _KEYSET + _ORDER)

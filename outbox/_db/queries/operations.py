@@ -56,7 +56,11 @@ _DEAD_SELECTION = """
              WHERE t.id = d.event_id AND t.type = %(event_type)s::text))
    AND """ + _of_tenant("d") + "\n"
 
-DEAD_LIST = (
+# Dead deliveries, most recently dead first, a page at a time after the keyset cursor
+# (%(at)s, %(after_id)s) = the last row's (finished_at, id); both NULL: the first page. A
+# batch dies with one now(), so many rows share a finished_at: the id breaks the tie, and
+# the row comparison walks deliveries_dead_by_time_id (0006) from the cursor on.
+DEAD_PAGE = (
     """
 SELECT d.id, d.event_id, ev.type AS event_type, d.endpoint_id, ep.url, d.attempts,
        d.last_status, d.last_error, d.created_at, d.finished_at
@@ -66,6 +70,8 @@ SELECT d.id, d.event_id, ev.type AS event_type, d.endpoint_id, ep.url, d.attempt
  WHERE"""
     + _DEAD_SELECTION
     + """
+   AND (%(at)s::timestamptz IS NULL
+        OR (d.finished_at, d.id) < (%(at)s::timestamptz, %(after_id)s::bigint))
  ORDER BY d.finished_at DESC, d.id DESC
  LIMIT %(limit)s
 """

@@ -31,7 +31,7 @@ from contextlib import AbstractContextManager
 from functools import lru_cache
 from typing import Any
 
-from outbox._db.queries.emit import PREPARED_STATEMENT
+from outbox._db import queries
 from outbox._emit.drivers.base import Params, Style, as_tuples, to_dollar
 
 # connection -> statement name -> executions so far (the threshold's count)
@@ -74,7 +74,7 @@ def prepared(conn: Any, query: str, params: Params, threshold: int | None, fetch
             return query, params
         lock = _LOCKS.setdefault(conn, threading.Lock())
     with lock:
-        if not fetch(PREPARED_STATEMENT, (name,)):
+        if not fetch(queries.PREPARED_STATEMENT, (name,)):
             fetch(prepare, None)
     if isinstance(order, int):
         args = list(params)

@@ -1,7 +1,10 @@
-"""The command line's only door into the worker package (:mod:`outbox.delivery`).
+"""The worker, for the interfaces: the only module outside the worker package
+(:mod:`outbox.delivery`, internal) that imports it. The CLI (``outbox worker``, ``outbox
+demo``, ``outbox endpoints ping``), the HTTP API (ping) and :mod:`outbox.testing` call these.
 
 Importing this module imports nothing of the worker: each function imports what it needs
-when called, so the commands that do not deliver run without the ``worker`` extra.
+when called, so an app that only emits, and the commands that do not deliver, run without
+the ``worker`` extra.
 
 - A missing worker dependency is a :class:`~outbox.errors.ConfigurationError` naming the
   package and ``pip install 'outbox[worker]'``.
@@ -22,12 +25,15 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from outbox.admin.endpoints import Endpoint
-from outbox.cli import invalid_settings
 from outbox.errors import ConfigurationError
+from outbox.settings import invalid_settings
 
 if TYPE_CHECKING:
     from outbox.delivery.ping import PingResult
     from outbox.delivery.settings import WorkerSettings
+
+
+__all__ = ["demo_runner", "ping", "run_worker", "worker_settings"]
 
 
 def _require(what: str, module: str) -> None:
@@ -112,7 +118,10 @@ def demo_runner() -> Callable[[str, str, int], None]:
 
 def ping(overrides: Mapping[str, Any], endpoint: Endpoint,
          secrets: Sequence[str]) -> PingResult:
-    """One ping through the worker's sender (:func:`outbox.delivery.ping.ping`)."""
+    """One ping through the worker's sender (:func:`outbox.delivery.ping.ping`), with the
+    worker's settings from the environment and ``overrides`` on top (the API passes its
+    own database, schema and ``allow_networks``). Never raises for a network or HTTP
+    failure: the result says what happened."""
     _require("ping", "outbox.delivery.ping")
     from outbox.delivery.ping import ping as send_ping
 

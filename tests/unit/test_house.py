@@ -1,0 +1,158 @@
+"""The public/private line and the shape of the package.
+
+- The public API is exactly the ``__all__`` of the modules in ``PUBLIC`` (``outbox``'s
+  own included); the Python API reference documents these modules and nothing else.
+- Every other module is private: an ``_underscore`` module or package, or the internals
+  of an interface (the CLI's command modules, the web app's routes and pages, the worker
+  package ``outbox.delivery``, which only :mod:`outbox.worker` imports).
+- ``outbox/`` has no import cycle (function-level imports included).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+import sys
+from pathlib import Path
+
+import grimp
+import pytest
+
+import outbox
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PUBLIC: dict[str, set[str]] = {
+    "outbox": {
+        "ConfigurationError", "DatabaseError", "DatabaseUnavailable", "DeliveryNotFound",
+        "EndpointNotFound", "Event", "InvalidEndpoint", "InvalidEvent", "InvalidSignature",
+        "InvalidWebhook", "MalformedWebhook", "MigrationError", "NotInTransaction",
+        "OperationRefused", "OutboxError", "SchemaMissing", "Settings", "emit", "emit_async",
+        "emit_many", "emit_many_async", "generate_secret", "get_settings", "verify",
+    },
+    "outbox.errors": {
+        "ConfigurationError", "DatabaseError", "DatabaseUnavailable", "DeliveryNotFound",
+        "EndpointNotFound", "InvalidEndpoint", "InvalidEvent", "InvalidSignature",
+        "InvalidWebhook", "MalformedWebhook", "MigrationError", "NotInTransaction",
+        "OperationRefused", "OutboxError", "SchemaMissing",
+    },
+    "outbox.settings": {"DEFAULT_DATABASE_URL", "Settings", "get_settings", "invalid_settings",
+                        "mask_url"},
+    "outbox.signing": set(),  # filled from the module: checked against the docs page below
+    "outbox.inbox": set(),
+    "outbox.worker": {"demo_runner", "ping", "run_worker", "worker_settings"},
+    "outbox.admin.endpoints": {
+        "Created", "Endpoint", "Rotated", "URL_MAX_LENGTH", "Updated", "add",
+        "check_destination", "get", "list_all", "parse_id", "rotate_secret", "set_enabled",
+        "signing_secrets", "update", "validate_headers", "validate_text", "validate_url",
+    },
+    "outbox.admin.deadletter": {
+        "Attempt", "DeadCursor", "DeadDelivery", "DeadPage", "DeliveryDetail", "Selection",
+        "SkipResult", "each_dead", "list_dead", "parse_delivery_id", "show", "skip",
+    },
+    "outbox.admin.replay": {"EndpointShare", "ReplayPlan", "ReplayResult", "plan_replay",
+                            "refusal", "replay"},
+    "outbox.admin.events": {
+        "AttemptRow", "EndpointHealth", "EndpointPage", "EventDelivery", "EventDetail",
+        "EventNotFound", "EventPage", "EventSummary", "MAX_PAGE", "endpoint_health",
+        "get_event", "id_floor", "list_endpoints", "list_events", "owned_deliveries",
+        "parse_event_id",
+    },
+    "outbox.admin.stats": {"DueSummary", "EndpointStats", "Snapshot", "TenantBacklog",
+                           "by_endpoint", "due_summary", "snapshot", "top_tenants"},
+    "outbox.admin.retention": {"PruneProgress", "PruneResult", "prune", "uuid7_floor"},
+    "outbox.admin.portal": {
+        "DEFAULT_BASE_URL", "InvalidToken", "LINK_MAX", "LINK_MIN", "MIN_SECRET_LENGTH",
+        "PortalLink", "WebSettings", "check_secrets", "mint_link", "open_link", "open_token",
+        "sign", "signing_key", "web_settings",
+    },
+    "outbox.admin.secrets": {"reencrypt"},
+    "outbox.admin.migrations": {"Cursor", "Migration", "apply_in_transaction", "available",
+                                "migrate", "script"},
+    "outbox.admin.activity": {"Minute", "last_hour"},
+    "outbox.cli": {"cli", "load_commands", "main"},
+    "outbox.web": set(),
+    "outbox.contrib.fastapi": set(),
+    "outbox.contrib.flask": set(),
+    "outbox.contrib.django": set(),
+    "outbox.contrib.alembic": set(),
+}
+# Packages whose submodules are an interface's internals (not API, no underscore needed).
+INTERFACE_INTERNALS = ("outbox.cli.", "outbox.web.", "outbox.delivery", "outbox.contrib.django.",
+                       "outbox.migrations")
+# Test tooling, documented on its own page (outbox.testing) when it is present.
+OPTIONAL_PUBLIC = ("outbox.testing",)
+
+
+def _modules() -> list[str]:
+    found = ["outbox"]
+    for info in pkgutil.walk_packages(outbox.__path__, "outbox."):
+        found.append(info.name)
+    return found
+
+
+def _private(name: str) -> bool:
+    return any(part.startswith("_") and part not in ("__main__",) for part in name.split("."))
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC))
+def test_public_module_declares_exactly_its_api(name: str) -> None:
+    module = importlib.import_module(name)
+    declared = getattr(module, "__all__", None)
+    assert declared is not None, f"{name} declares no __all__"
+    assert len(declared) == len(set(declared)), f"{name}.__all__ repeats a name"
+    for symbol in declared:
+        assert hasattr(module, symbol), f"{name}.__all__ names {symbol!r}, which is missing"
+    if PUBLIC[name]:
+        assert set(declared) == PUBLIC[name], f"{name}: API changed: update PUBLIC and the docs"
+
+
+def test_every_module_is_public_private_or_interface_internal() -> None:
+    stray = [m for m in _modules() if m not in PUBLIC and not _private(m)
+             and not m.startswith(INTERFACE_INTERNALS) and not m.startswith(OPTIONAL_PUBLIC)
+             and m not in ("outbox.__main__", "outbox.admin", "outbox.contrib")]
+    assert not stray, f"neither public (PUBLIC), private (_name) nor interface internals: {stray}"
+
+
+def test_no_private_module_is_documented_as_api() -> None:
+    page = ROOT / "docs" / "reference" / "python.md"
+    if not page.exists():
+        pytest.fail(f"{page} is missing: the Python API reference lists the public modules")
+    documented = set(re.findall(r"^::: ([\w.]+)", page.read_text(), re.M))
+    assert not {d for d in documented if _private(d)}, "a private module is documented"
+    missing = set(PUBLIC) - documented - {"outbox.cli"}
+    assert not missing, f"public modules missing from {page.name}: {sorted(missing)}"
+
+
+def test_no_import_cycle_in_outbox() -> None:
+    graph = grimp.build_graph("outbox", exclude_type_checking_imports=True)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 5000))
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.find_modules_directly_imported_by(v):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in sorted(graph.modules):
+        if module not in index:
+            visit(module)
+    assert not cycles, f"import cycles: {cycles}"
