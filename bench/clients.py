@@ -36,7 +36,8 @@ def _httpx_client(concurrency: int) -> httpx.AsyncClient:
 
 
 def _client_over_transport(concurrency: int) -> httpx.AsyncClient:
-    """httpx's client API over httpx-aiohttp's transport (the worker's stack until issue 17)."""
+    """httpx's client API over httpx-aiohttp's transport (the worker's stack before it sent
+    through aiohttp directly)."""
     def session() -> aiohttp.ClientSession:
         return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency),
                                      trust_env=False, auto_decompress=False)

@@ -18,7 +18,7 @@ Two runs, each on a fresh database:
   ``time.time()`` after each commit. Reported: B's commit -> sink arrival p50/p99 (ms),
   the burst's drain rate and its ratio to the alone run.
 
-Targets (issue 13): B's p99 <= 2 s during the burst; the burst's drain rate >= 0.9x the
+Targets: B's p99 <= 2 s during the burst; the burst's drain rate >= 0.9x the
 alone run. Human-readable lines, then one JSON line.
 """
 

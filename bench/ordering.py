@@ -1,4 +1,4 @@
-"""Ordered delivery per key (issue 14): drain rate of an ordered endpoint vs an unordered
+"""Ordered delivery per key: drain rate of an ordered endpoint vs an unordered
 one, and the rate of a single hot key.
 
     .venv/bin/python -m bench.ordering [--events 10000] [--keys 1000] [--hot 500]
@@ -15,7 +15,7 @@ process, same machine), so both sides see the same machine noise; the ratio is o
 medians. The hot key: ``--hot`` events of one key to an ordered endpoint: strictly one
 request at a time, so its rate is one over (claim + request + completion) round trips.
 
-The criterion (issue 14): ordered >= 0.8x unordered with 10,000 events over 1,000 keys.
+The criterion: ordered >= 0.8x unordered with 10,000 events over 1,000 keys.
 Also CPU seconds per 1,000 deliveries, database and workers (from ``/proc``, as
 bench.deliver): on a shared machine the rates swing with other load, the database's CPU
 per delivery much less.

@@ -1,4 +1,4 @@
-"""Wake on commit (issue 18): what it buys and what emitters pay for it.
+"""Wake on commit: what it buys and what emitters pay for it.
 
     .venv/bin/python -m bench.wakeup [--quick]
 

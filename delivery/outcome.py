@@ -1,6 +1,6 @@
 """What one HTTP delivery attempt means, and when to try again. Pure: no I/O.
 
-Status classification (DESIGN.md "Outcomes")::
+Status classification::
 
     2xx                        DELIVERED
     5xx, 408, 425, 429         RETRY    error_class "http_status"

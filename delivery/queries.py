@@ -10,7 +10,7 @@ from outbox._db import queries as core
 # come back once the lease expires (no reaper, no heartbeat); lease_token is this claim's
 # fencing token. FOR UPDATE SKIP LOCKED: concurrent claims never take the same row.
 #
-# Fairness (issue 13, the noisy neighbour). A single FIFO by visible_at hands a burst of
+# Fairness (the noisy neighbour). A single FIFO by visible_at hands a burst of
 # 100,000 rows for one endpoint to every claim until it drains, so every other endpoint
 # waits behind it. This claim takes rows in two parts:
 #
@@ -70,7 +70,7 @@ from outbox._db import queries as core
 # one-time condition on `share` makes the rotation's position advance on every claim,
 # even one that takes nothing through the ring.
 #
-# Ordered endpoints (issue 14; design in migrations/0005_ordered.sql): `fresh` takes the
+# Ordered endpoints (design in migrations/0005_ordered.sql): `fresh` takes the
 # oldest greatest(4 * limit, 100) 'fresh' deliveries (committed emits to ordered endpoints,
 # not yet placed), one descent of the partial index deliveries_fresh each (a keyset walk:
 # a plain ORDER BY id LIMIT n lets statistics that under- or overstate the fresh rows pick

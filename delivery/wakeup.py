@@ -1,4 +1,4 @@
-"""Wake on commit (issue 18): idle workers are NOTIFYed by the transactions that give them
+"""Wake on commit: idle workers are NOTIFYed by the transactions that give them
 work, and only while some worker is idle.
 
 The design ("idle sentinel"): at most one idle worker per database and schema, the

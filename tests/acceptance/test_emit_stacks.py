@@ -1,5 +1,5 @@
 """Emitted on each stack, delivered: through a real worker to a verifying receiver on
-127.0.0.1 (issue 19). Also the README's three stack snippets, executed as written."""
+127.0.0.1. Also the README's three stack snippets, executed as written."""
 
 from __future__ import annotations
 

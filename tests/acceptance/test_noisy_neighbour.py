@@ -1,4 +1,4 @@
-"""One endpoint's burst does not queue the others behind it (the fair claim, issue 13)."""
+"""One endpoint's burst does not queue the others behind it (the fair claim)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Ordered delivery per key under failure (issue 14): three worker processes, one of them
+"""Ordered delivery per key under failure: three worker processes, one of them
 SIGKILLed mid-run, a receiver that answers 503 a fifth of the time."""
 
 from __future__ import annotations

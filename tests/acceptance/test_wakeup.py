@@ -1,4 +1,4 @@
-"""Wake on commit (issue 18): behaviour, not timings (the figures are in bench.wakeup).
+"""Wake on commit: behaviour, not timings (the figures are in bench.wakeup).
 
 Workers here poll every 60 s, so an event delivered within a few seconds was delivered
 because something woke the worker: the emitting commit's NOTIFY, the reconnection of a

@@ -1,4 +1,4 @@
-"""emit's guarantees on every stack it takes (issue 19), against a real PostgreSQL.
+"""emit's guarantees on every stack it takes, against a real PostgreSQL.
 
 One matrix over the handles of tests/support/stacks.py: psycopg 3 (sync, async), psycopg2
 (connection, cursor), asyncpg (connection, pool connection), SQLAlchemy (Session on psycopg

@@ -1,4 +1,4 @@
-"""Ordered endpoints (issue 14): per key, one delivery at a time, in emit order; a dead head
+"""Ordered endpoints: per key, one delivery at a time, in emit order; a dead head
 blocks its key until replayed or skipped; everything else flows as before."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """migrations/0005_ordered.sql on a table that already holds rows: no rewrite, the rows
-before it keep flowing, and the app and worker keep working (issue 14)."""
+before it keep flowing, and the app and worker keep working."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Ordered endpoints (issue 14), the guards: READ COMMITTED only, a placement bounded by the
+"""Ordered endpoints, the guards: READ COMMITTED only, a placement bounded by the
 claim, key locks taken in their own order and tried (not waited for) by the claim, and the
 repair of a key left without a head."""
 

@@ -1,7 +1,7 @@
 """``send`` over the worker's transport against real receivers on 127.0.0.1.
 
 Moved here from the respx tests of ``tests/unit/test_sender.py`` when the sender stopped
-speaking httpx (issue 17): statuses on the wire, the body cap (also after
+speaking httpx: statuses on the wire, the body cap (also after
 decompression, and its memory bound under a compression bomb), the total deadline
 before and after the status line, a body cut by the receiver, failures before any
 status, and cancellation. The verdict rules themselves are unit-tested there.

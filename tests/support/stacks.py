@@ -1,4 +1,4 @@
-"""One test-facing interface over every handle outbox.emit takes (issue 19's matrix).
+"""One test-facing interface over every handle outbox.emit takes.
 
 A :class:`Stack` opens a handle on a test database the way an application on that stack
 would, with a business table ``orders``, and offers the same synchronous steps whatever the

@@ -32,7 +32,7 @@ def _takes(types: str, t: str) -> str:
                     WHERE f LIKE '%%.*' AND starts_with({t}, left(f, -1))))"""
 
 
-# Ordered endpoints (issue 14; migrations/0005_ordered.sql has the design): a delivery of
+# Ordered endpoints (migrations/0005_ordered.sql has the design): a delivery of
 # an event with a key to an ordered endpoint carries the key and starts 'fresh' (not
 # claimable: a worker makes it its key's head or puts it behind the head); every other
 # delivery starts 'pending' with no key, exactly as before. Emit takes no lock for it and
@@ -162,7 +162,7 @@ EVENT_ID_BY_IDEMPOTENCY_KEY = """
 SELECT idempotency_key, id FROM {schema}.events WHERE idempotency_key = ANY (%s::text[])
 """
 
-# --- wake-up (issue 18; design, alternatives and figures: outbox/delivery/wakeup.py) ----
+# --- wake-up (design, alternatives and figures: outbox/delivery/wakeup.py) ----
 # An idle worker holds the session advisory lock WAKE_KEY (exclusive) or waits for it. An
 # emitting transaction that wrote deliveries tries WAKE_KEY shared for the rest of its
 # transaction: if that fails, a worker is idle, and it sends ONE payload-less pg_notify
