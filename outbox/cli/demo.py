@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from outbox import devdb
 from outbox.cli import Context, cli, pass_ctx, worker_seam
+from outbox.testing import postgres
 
 
 @cli.command()
@@ -24,6 +24,6 @@ def demo(ctx: Context, events: int) -> None:
       outbox demo --events 20
     """
     run_demo = worker_seam.demo_runner()
-    url = devdb.for_demo(ctx.overrides.get("database_url"))
+    url = postgres.for_demo(ctx.overrides.get("database_url"))
     click.echo(f"PostgreSQL: {url}")
     run_demo(url, ctx.overrides.get("schema_name", "outbox_demo"), events)

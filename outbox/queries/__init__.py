@@ -1,6 +1,6 @@
 """Every SQL statement of the ``outbox`` package, in one place: this package, one module per
-concern (emit, endpoints, operations, schema), every statement re-exported here so callers
-write ``queries.NAME``.
+concern (emit, endpoints, operations, schema, testing), every statement re-exported here so
+callers write ``queries.NAME``.
 
 ``{schema}`` is replaced by the quoted schema name (:func:`outbox.db.render`); values are
 always bound parameters (``%s`` / ``%(name)s``), never formatted into the text.
@@ -79,6 +79,7 @@ from outbox.queries.schema import (
     SET_SEARCH_PATH,
     SHOW_SEARCH_PATH,
 )
+from outbox.queries.testing import EVENT_IDS_SINCE, EVENTS_SINCE
 
 __all__ = [
     "ALL_TENANT_ENDPOINTS",
@@ -113,8 +114,10 @@ __all__ = [
     "ENDPOINT_SET_SECRETS",
     "ENDPOINT_SIGNING_SECRETS",
     "ENDPOINT_UPDATE",
+    "EVENTS_SINCE",
     "EVENT_DELIVERIES",
     "EVENT_GET",
+    "EVENT_IDS_SINCE",
     "EVENT_ID_BY_IDEMPOTENCY_KEY",
     "EVENT_LIST",
     "INBOX_MIGRATIONS_APPLIED",

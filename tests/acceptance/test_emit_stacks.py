@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from outbox import Event
-from outbox.receiver import Receiver
+from outbox.testing.receiver import Receiver
 from tests.integration.test_emit_stacks_django import manage
 from tests.support.pg import SCHEMA, count
 from tests.support.stacks import (

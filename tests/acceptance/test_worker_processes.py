@@ -11,9 +11,9 @@ from contextlib import contextmanager
 import psycopg
 import pytest
 
-from outbox.devdb import TempCluster
 from outbox.migrate import migrate
-from outbox.receiver import Behaviour, Receiver
+from outbox.testing.postgres import TempCluster
+from outbox.testing.receiver import Behaviour, Receiver
 from tests.support.pg import SCHEMA
 from tests.support.workers import (
     FAST,

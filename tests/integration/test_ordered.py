@@ -20,7 +20,7 @@ from outbox import stats as st
 from outbox.db import render
 from outbox.delivery import queries as dq
 from outbox.errors import DeliveryNotFound, OperationRefused
-from outbox.receiver import Behaviour, Receiver
+from outbox.testing.receiver import Behaviour, Receiver
 from tests.support.cli import invoke
 from tests.support.pg import SCHEMA
 from tests.support.workers import (

@@ -12,9 +12,9 @@ from click.testing import CliRunner
 import outbox
 from outbox import endpoints as ep
 from outbox.cli import cli, load_commands
-from outbox.receiver import Receiver
 from outbox.secretbox import PREFIX, SecretBox, generate_key
 from outbox.secrets_at_rest import reencrypt
+from outbox.testing.receiver import Receiver
 from tests.support.pg import SCHEMA
 from tests.support.workers import SECRET, add_endpoint, drain, emit, rows, settings
 

@@ -9,8 +9,8 @@ import httpx
 from outbox.delivery.outcome import AttemptResult, Verdict
 from outbox.delivery.pinning import GuardedResolver
 from outbox.delivery.sender import Transport, make_transport, send
-from outbox.receiver import Behaviour, Receiver
 from outbox.ssrf import parse_networks
+from outbox.testing.receiver import Behaviour, Receiver
 
 TIMEOUT = httpx.Timeout(5.0, connect=2.0)
 BODY = b'{"type":"order.paid","data":{"id":1}}'
