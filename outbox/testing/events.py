@@ -26,6 +26,7 @@ supported.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import uuid
 from collections.abc import Iterator
@@ -39,6 +40,7 @@ from psycopg.rows import RowFactory, class_row, scalar_row
 from outbox import queries
 from outbox.db import render
 from outbox.errors import OutboxError
+from outbox.event import stored_idempotency_key
 from outbox.retention import uuid7_floor
 
 __all__ = ["CapturedEvent", "CapturedEvents", "captured_events"]
@@ -48,7 +50,8 @@ _CLOCK_SLACK = dt.timedelta(minutes=1)
 
 @dataclass(frozen=True, slots=True)
 class CapturedEvent:
-    """One emitted event as stored; ``deliveries``: how many endpoints it fanned out to."""
+    """One emitted event, its fields as given to :class:`~outbox.Event`; ``deliveries``:
+    how many endpoints it fanned out to."""
 
     id: uuid.UUID
     type: str
@@ -87,6 +90,14 @@ def _read(source: psycopg.Connection[Any] | str, query: str, params: dict[str, A
             source.rollback()  # the read-only transaction this read opened, nothing else
 
 
+def _as_emitted(row: CapturedEvent) -> CapturedEvent:
+    """``row`` with the idempotency key as given (stored per tenant)."""
+    if row.tenant is None or row.idempotency_key is None:
+        return row
+    prefix = stored_idempotency_key(row.tenant, "") or ""
+    return dataclasses.replace(row, idempotency_key=row.idempotency_key.removeprefix(prefix))
+
+
 @contextlib.contextmanager
 def captured_events(source: psycopg.Connection[Any] | str, *,
                     schema: str = "outbox") -> Iterator[CapturedEvents]:
@@ -103,7 +114,7 @@ def captured_events(source: psycopg.Connection[Any] | str, *,
     def fill() -> None:
         rows = _read(source, render(queries.EVENTS_SINCE, schema), params,
                      class_row(CapturedEvent))
-        events.extend(row for row in rows if row.id not in before)
+        events.extend(_as_emitted(row) for row in rows if row.id not in before)
 
     try:
         yield events

@@ -167,11 +167,12 @@ def drop_database(server: str, url: str) -> None:
 
 
 def create_template(server: str, schema: str = "outbox",
-                    setup: Callable[[psycopg.Connection[Any]], None] | None = None) -> str:
-    """A database to copy from, with outbox's migrations applied in ``schema`` (or, given
-    ``setup``, whatever ``setup`` does on an autocommit connection to it); returns its name.
-    A failing setup drops the half-made database and raises."""
-    url = create_database(server, prefix="outbox_tpl")
+                    setup: Callable[[psycopg.Connection[Any]], None] | None = None, *,
+                    prefix: str = "outbox_tpl") -> str:
+    """A database ``<prefix>_<random>`` to copy from, with outbox's migrations applied in
+    ``schema`` (or, given ``setup``, whatever ``setup`` does on an autocommit connection to
+    it); returns its name. A failing setup drops the half-made database and raises."""
+    url = create_database(server, prefix=prefix)
     try:
         with psycopg.connect(url, autocommit=True) as conn:
             if setup is None:

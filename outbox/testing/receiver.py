@@ -113,7 +113,10 @@ class Received:
 
     @property
     def type(self) -> str | None:
-        """The ``type`` of the JSON body (the event type outbox sends), else ``None``."""
+        """The ``type`` key of a JSON object body, else ``None``. Pings (Standard Webhooks
+        envelopes) carry one; an event's request body is its payload exactly as emitted,
+        so this is the payload's own ``type`` key, if it has one (the event is known by
+        ``webhook_id``, its id)."""
         kind = _event_type(self.body)
         return None if kind == "-" else kind
 
