@@ -31,7 +31,8 @@ Fixtures
         verifies signatures with ``outbox_webhook_secret`` and records every request;
         stopped after the test.
     ``outbox_endpoint`` (function)
-        An endpoint in ``outbox_database_url`` for every event type, delivering to
+        An endpoint in ``outbox_database_url`` for every event type of every tenant (and
+        tenant-less ones: ``all_tenants``), delivering to
         ``outbox_receiver`` (``<receiver url>/webhooks``) with ``outbox_webhook_secret``;
         its id.
 """
@@ -128,8 +129,9 @@ def outbox_receiver(outbox_webhook_secret: str) -> Iterator[Receiver]:
 @pytest.fixture
 def outbox_endpoint(outbox_database_url: str, outbox_schema: str, outbox_receiver: Receiver,
                     outbox_webhook_secret: str) -> uuid.UUID:
-    """An endpoint (every event type) delivering to ``outbox_receiver``; its id."""
+    """An endpoint (every event type, every tenant) delivering to ``outbox_receiver``;
+    its id."""
     with psycopg.connect(outbox_database_url, autocommit=True) as conn:
         created = endpoints.add(conn, f"{outbox_receiver.url}/webhooks", schema=outbox_schema,
-                                secret=outbox_webhook_secret)
+                                secret=outbox_webhook_secret, all_tenants=True)
     return created.endpoint.id

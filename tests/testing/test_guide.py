@@ -52,3 +52,21 @@ def test_without_the_plugin_the_fixtures_are_missing(server_url: str, tmp_path: 
     done = _pytest(tmp_path, server_url, "-p", "no:outbox")
     assert done.returncode != 0
     assert "fixture 'outbox_database_url' not found" in done.stdout
+
+
+def test_the_option_names_the_server(server_url: str, tmp_path: Path) -> None:
+    (tmp_path / "test_one.py").write_text("def test_db(outbox_database_url):\n    pass\n")
+    done = _pytest(tmp_path, server_url, "--outbox-database-url",
+                   "postgresql://nobody:pw@127.0.0.1:1/postgres")
+    assert done.returncode != 0
+    assert "postgresql://nobody:***@127.0.0.1:1/postgres is not reachable" in done.stdout
+
+
+def test_every_public_name_is_in_the_guide() -> None:
+    import outbox.testing
+
+    text = GUIDE.read_text()
+    assert sorted(dir(outbox.testing)) == sorted(outbox.testing.__all__)
+    for name in outbox.testing.__all__:
+        assert getattr(outbox.testing, name) is not None
+        assert f"`{name}" in text, name
