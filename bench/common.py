@@ -16,8 +16,8 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg import sql
 
-from outbox import devdb
 from outbox.admin.migrations import migrate
+from outbox.testing import postgres
 
 SCHEMA = "outbox"
 
@@ -25,7 +25,7 @@ SCHEMA = "outbox"
 @contextmanager
 def scratch_database() -> Iterator[str]:
     """A new migrated database on the bench server, dropped afterwards; yields its URL."""
-    server = devdb.find_or_start(os.environ.get("OUTBOX_BENCH_DATABASE_URL") or None)
+    server = postgres.find_or_start(os.environ.get("OUTBOX_BENCH_DATABASE_URL") or None)
     name = f"outbox_bench_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(server, autocommit=True) as c:
         c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))

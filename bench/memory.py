@@ -21,7 +21,7 @@ import psycopg
 import outbox
 from bench.common import SCHEMA, emit_json, scratch_database
 from outbox.admin import endpoints as ep
-from outbox.receiver import Behaviour, Receiver
+from outbox.testing.receiver import Behaviour, Receiver
 
 
 def _rss_mb(pid: int) -> float:

@@ -26,8 +26,8 @@ from outbox.delivery import queries
 from outbox.delivery.runner import make_worker_transport
 from outbox.delivery.settings import WorkerSettings
 from outbox.delivery.worker import Worker
-from outbox.receiver import Behaviour, Received, Receiver
 from outbox.signing import generate_secret
+from outbox.testing.receiver import Behaviour, Received, Receiver
 
 
 def _setup(url: str, schema: str) -> None:

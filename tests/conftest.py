@@ -1,4 +1,8 @@
-"""Fixtures: a real PostgreSQL, a migrated template, and a fresh database per test."""
+"""Fixtures: a real PostgreSQL, a migrated template, and a fresh database per test.
+
+The databases come from outbox's own pytest plugin (:mod:`outbox.testing.plugin`, loaded
+through its entry point); the names below are the ones this suite has always used.
+"""
 
 from __future__ import annotations
 
@@ -8,37 +12,36 @@ from typing import Any
 import psycopg
 import pytest
 
-from outbox.devdb import TempCluster
 from outbox.settings import Settings
+from outbox.testing.postgres import TempCluster
 from tests.support import pg
 
 
 @pytest.fixture(scope="session")
-def server_url() -> str:
-    return pg.server_url()
+def outbox_schema() -> str:
+    return pg.SCHEMA
 
 
 @pytest.fixture(scope="session")
-def template_db(server_url: str) -> Iterator[str]:
-    name = pg.create_template(server_url)
-    yield name
-    pg.drop_database(server_url, pg.with_dbname(server_url, name))
+def server_url(outbox_server_url: str) -> str:
+    return outbox_server_url
+
+
+@pytest.fixture(scope="session")
+def template_db(outbox_template_database: str) -> str:
+    return outbox_template_database
 
 
 @pytest.fixture
-def db_url(server_url: str, template_db: str) -> Iterator[str]:
+def db_url(outbox_database_url: str) -> str:
     """A fresh, migrated database for this test only (commits are fine)."""
-    url = pg.create_database(server_url, template=template_db)
-    yield url
-    pg.drop_database(server_url, url)
+    return outbox_database_url
 
 
 @pytest.fixture
-def blank_db_url(server_url: str) -> Iterator[str]:
+def blank_db_url(outbox_blank_database_url: str) -> str:
     """A fresh database with no outbox schema."""
-    url = pg.create_database(server_url)
-    yield url
-    pg.drop_database(server_url, url)
+    return outbox_blank_database_url
 
 
 @pytest.fixture

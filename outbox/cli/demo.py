@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from outbox import devdb
 from outbox import worker as worker_seam
 from outbox.cli.root import Context, cli, pass_ctx
+from outbox.testing import postgres
 
 
 @cli.command()
@@ -25,6 +25,6 @@ def demo(ctx: Context, events: int) -> None:
       outbox demo --events 20
     """
     run_demo = worker_seam.demo_runner()
-    url = devdb.for_demo(ctx.overrides.get("database_url"))
+    url = postgres.for_demo(ctx.overrides.get("database_url"))
     click.echo(f"PostgreSQL: {url}")
     run_demo(url, ctx.overrides.get("schema_name", "outbox_demo"), events)

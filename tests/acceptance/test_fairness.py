@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from outbox.receiver import Behaviour, Receiver
+from outbox.testing.receiver import Receiver
+from tests.support.hostile import Behaviour
 from tests.support.workers import add_endpoint, emit, rows, run_until, settings
 
 pytestmark = pytest.mark.slow  # waits for a hanging endpoint to time out

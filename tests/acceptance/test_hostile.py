@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from outbox.receiver import Behaviour, Receiver, gzip_bomb
+from outbox.testing.receiver import Receiver
+from tests.support.hostile import Behaviour, gzip_bomb
 from tests.support.workers import add_endpoint, drain, emit, rows, settings
 
 pytestmark = pytest.mark.slow  # hostile receivers run into the timeouts

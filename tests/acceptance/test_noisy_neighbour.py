@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from outbox.receiver import Receiver
+from outbox.testing.receiver import Receiver
 from tests.support.workers import add_endpoint, emit, rows, run_until, settings
 
 BURST = 3000

@@ -16,8 +16,8 @@ import pytest
 from outbox.admin.migrations import migrate
 from outbox.delivery.runner import run_worker
 from outbox.delivery.settings import WorkerSettings
-from outbox.devdb import TempCluster
-from outbox.receiver import Behaviour, Receiver
+from outbox.testing.postgres import TempCluster
+from outbox.testing.receiver import Behaviour, Receiver
 from tests.support.net import free_port
 from tests.support.pg import SCHEMA
 from tests.support.workers import SECRET, add_endpoint, emit, log_of, settings, spawn, states

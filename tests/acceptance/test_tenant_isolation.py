@@ -13,7 +13,7 @@ import pytest
 
 import outbox
 from outbox import Event
-from outbox.receiver import Receiver
+from outbox.testing.receiver import Receiver
 from tests.support.workers import add_endpoint, drain, settings
 
 pytestmark = pytest.mark.slow  # 10,000 events through a worker

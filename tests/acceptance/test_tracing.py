@@ -10,7 +10,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
 import outbox
-from outbox.receiver import Receiver
+from outbox.testing.receiver import Receiver
 from tests.support.workers import add_endpoint, drain, rows, settings
 
 _provider = TracerProvider()

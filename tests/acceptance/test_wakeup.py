@@ -23,8 +23,8 @@ from outbox.delivery import queries as wq
 from outbox.delivery.sender import make_transport
 from outbox.delivery.settings import WorkerSettings
 from outbox.delivery.worker import Worker
-from outbox.receiver import Behaviour, Receiver
 from outbox.settings import Settings
+from outbox.testing.receiver import Behaviour, Receiver
 from tests.support.pg import SCHEMA
 from tests.support.workers import SECRET, add_endpoint, settings, states
 

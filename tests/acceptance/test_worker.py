@@ -11,7 +11,7 @@ import pytest
 from outbox.admin import endpoints as ep
 from outbox.delivery.jobs import Completion
 from outbox.delivery.store import Store
-from outbox.receiver import Behaviour, Receiver
+from outbox.testing.receiver import Behaviour, Receiver
 from tests.support.workers import (
     SECRET,
     add_endpoint,

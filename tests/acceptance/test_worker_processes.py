@@ -12,8 +12,8 @@ import psycopg
 import pytest
 
 from outbox.admin.migrations import migrate
-from outbox.devdb import TempCluster
-from outbox.receiver import Behaviour, Receiver
+from outbox.testing.postgres import TempCluster
+from outbox.testing.receiver import Behaviour, Receiver
 from tests.support.pg import SCHEMA
 from tests.support.workers import (
     FAST,

@@ -7,7 +7,7 @@ import time
 import psycopg
 
 from outbox.delivery.retention_task import prune_once
-from outbox.receiver import Receiver
+from outbox.testing.receiver import Receiver
 from tests.support.pg import SCHEMA
 from tests.support.workers import add_endpoint, drain, emit, rows, run_until, settings
 

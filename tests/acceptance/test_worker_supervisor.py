@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from outbox.delivery.settings import WorkerSettings
-from outbox.receiver import Behaviour, Receiver
+from outbox.testing.receiver import Behaviour, Receiver
 from tests.support import workers
 from tests.support.net import free_port
 from tests.support.pg import SCHEMA

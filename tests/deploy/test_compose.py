@@ -95,10 +95,10 @@ def test_compose_allowlist_lets_workers_reach_only_the_receiver(
 
 def test_compose_receiver_command_matches_its_cli() -> None:
     receiver = compose()["services"]["receiver"]
-    assert receiver["entrypoint"] == ["python", "-m", "outbox.receiver"]
+    assert receiver["entrypoint"] == ["python", "-m", "outbox.testing.receiver"]
     argv = [compose_default(a) for a in receiver["command"]]
     assert argv[argv.index("--host") + 1] == "0.0.0.0"
-    done = subprocess.run([sys.executable, "-m", "outbox.receiver", "--help"],
+    done = subprocess.run([sys.executable, "-m", "outbox.testing.receiver", "--help"],
                           capture_output=True, text=True, timeout=30, cwd=ROOT)
     assert done.returncode == 0
     for flag in (a for a in argv if a.startswith("--")):

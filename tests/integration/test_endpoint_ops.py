@@ -11,7 +11,7 @@ import pytest
 
 import outbox
 from outbox.admin import endpoints as ep
-from outbox.receiver import Behaviour, Receiver
+from outbox.testing.receiver import Behaviour, Receiver
 from tests.support.cli import execute, invoke, snapshot
 from tests.support.pg import SCHEMA, count
 from tests.support.workers import SECRET, add_endpoint, drain, emit, settings

@@ -21,7 +21,7 @@ from outbox.admin import replay as rp
 from outbox.admin import stats as st
 from outbox.delivery import queries as dq
 from outbox.errors import DeliveryNotFound, OperationRefused
-from outbox.receiver import Behaviour, Receiver
+from outbox.testing.receiver import Behaviour, Receiver
 from tests.support.cli import invoke
 from tests.support.pg import SCHEMA
 from tests.support.workers import (

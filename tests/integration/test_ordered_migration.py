@@ -75,7 +75,7 @@ def test_rows_from_before_and_after_flow(db_url: str) -> None:
 def test_least_privilege_roles_emit_and_deliver_in_order(db_url: str) -> None:
     """migrations/roles.sql: the app role emits to an ordered endpoint (reading its flag,
     COPY and SQL paths), the worker role places, claims and promotes."""
-    from outbox.receiver import Receiver
+    from outbox.testing.receiver import Receiver
     from tests.integration import test_roles as tr
 
     fixture = tr.roles.__wrapped__(db_url)  # type: ignore[attr-defined]

@@ -13,8 +13,8 @@ from outbox._security.secretbox import SecretBox
 from outbox.admin import endpoints as ep
 from outbox.delivery.outcome import Verdict
 from outbox.delivery.ping import PING_TYPE, PingResult, ping
-from outbox.receiver import Behaviour, Receiver
 from outbox.signing import verify
+from outbox.testing.receiver import Behaviour, Receiver
 from tests.support.cli import snapshot
 from tests.support.pg import SCHEMA
 from tests.support.workers import SECRET, add_endpoint, settings

@@ -18,8 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from outbox.errors import InvalidEndpoint
-from outbox.receiver import Behaviour, Receiver
 from outbox.signing import generate_secret, webhook_headers
+from outbox.testing.receiver import Receiver
+from tests.support.hostile import Behaviour
 
 SECRET = generate_secret()
 OTHER_SECRET = generate_secret()
@@ -292,7 +293,7 @@ def test_300_concurrent_requests_are_each_recorded_once(receiver: Receiver) -> N
 
 def test_standalone_command_prints_one_line_per_delivery() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "outbox.receiver", "--port", "0", "--secret", SECRET],
+        [sys.executable, "-m", "outbox.testing.receiver", "--port", "0", "--secret", SECRET],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )

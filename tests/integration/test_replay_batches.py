@@ -11,7 +11,7 @@ import pytest
 from outbox.admin import deadletter as dl
 from outbox.admin import replay as rp
 from outbox.errors import OperationRefused
-from outbox.receiver import Behaviour, Receiver
+from outbox.testing.receiver import Behaviour, Receiver
 from tests.support.cli import delivery_ids, execute, invoke, kill
 from tests.support.pg import SCHEMA
 from tests.support.workers import SECRET, add_endpoint, drain, emit, rows, settings, states

@@ -70,7 +70,7 @@ def test_app_role_can_emit_but_not_read_secrets_or_claim(
 
 
 def test_worker_role_can_deliver(db_url: str, roles: tuple[str, str]) -> None:
-    from outbox.receiver import Receiver
+    from outbox.testing.receiver import Receiver
 
     _app, worker = roles
     with Receiver() as rx:

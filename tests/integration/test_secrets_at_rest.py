@@ -14,7 +14,7 @@ from outbox._security.secretbox import PREFIX, SecretBox, generate_key
 from outbox.admin import endpoints as ep
 from outbox.admin.secrets import reencrypt
 from outbox.cli import cli, load_commands
-from outbox.receiver import Receiver
+from outbox.testing.receiver import Receiver
 from tests.support.pg import SCHEMA
 from tests.support.workers import SECRET, add_endpoint, drain, emit, rows, settings
 

@@ -22,8 +22,9 @@ from outbox._security.ssrf import parse_networks
 from outbox.delivery.outcome import AttemptResult, Verdict
 from outbox.delivery.pinning import GuardedResolver
 from outbox.delivery.sender import DEFAULT_BODY_CAP, PhaseTimeouts, make_transport, send
-from outbox.receiver import Behaviour, Receiver, gzip_bomb
+from outbox.testing.receiver import Receiver
 from tests.support.guarded_http import Server, serving
+from tests.support.hostile import Behaviour, gzip_bomb
 
 BODY = b'{"type":"order.paid"}'
 TIMEOUT = PhaseTimeouts(connect=2.0)

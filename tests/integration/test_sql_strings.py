@@ -11,7 +11,7 @@ import psycopg
 import outbox
 from outbox import Event
 from outbox.admin import endpoints as ep
-from outbox.receiver import Receiver
+from outbox.testing.receiver import Receiver
 from tests.support.pg import SCHEMA
 from tests.support.workers import drain, settings
 

@@ -10,7 +10,7 @@ from outbox._security.ssrf import parse_networks
 from outbox.delivery.outcome import AttemptResult, Verdict
 from outbox.delivery.pinning import GuardedResolver
 from outbox.delivery.sender import Transport, make_transport, send
-from outbox.receiver import Behaviour, Receiver
+from outbox.testing.receiver import Behaviour, Receiver
 
 TIMEOUT = httpx.Timeout(5.0, connect=2.0)
 BODY = b'{"type":"order.paid","data":{"id":1}}'

@@ -1,65 +1,33 @@
-"""Database plumbing for the tests: server discovery, template and per-test databases.
+"""Database plumbing for the tests: the test server and helpers to read what was written.
 
-A session-wide template database gets the migrations once; each test that needs commits
-gets its own ``CREATE DATABASE ... TEMPLATE`` copy, dropped afterwards. Names carry a
-random suffix, so runs can repeat and overlap.
+Server discovery and the template / per-test databases are :mod:`outbox.testing.postgres`
+(the ``outbox_*`` fixtures of :mod:`outbox.testing.plugin`, which tests/conftest.py
+names ``server_url``, ``template_db``, ``db_url``...); this module re-exports them.
 """
 
 from __future__ import annotations
 
 import os
-import uuid
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
-from psycopg import sql
 
-from outbox import devdb
-from outbox.admin.migrations import migrate
+from outbox.testing import postgres
+from outbox.testing.postgres import create_database, create_template, drop_database, with_dbname
+
+__all__ = ["SCHEMA", "admin", "count", "create_database", "create_template", "drop_database",
+           "outbox_migrations", "server_url", "with_dbname"]
 
 SCHEMA = "outbox"
 
 
 def server_url() -> str:
     """OUTBOX_TEST_DATABASE_URL, else the local server, else a throwaway cluster."""
-    return devdb.find_or_start(os.environ.get("OUTBOX_TEST_DATABASE_URL") or None)
-
-
-def with_dbname(url: str, dbname: str) -> str:
-    """``url`` pointing at database ``dbname``."""
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path="/" + dbname))
+    return postgres.find_or_start(os.environ.get("OUTBOX_TEST_DATABASE_URL") or None)
 
 
 def admin(url: str) -> psycopg.Connection[Any]:
     return psycopg.connect(url, autocommit=True)
-
-
-def create_database(server: str, *, template: str | None = None, prefix: str = "outbox_t") -> str:
-    """A new database (copied from ``template`` if given); returns its URL."""
-    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-    query = sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-        sql.Identifier(name), sql.Identifier(template or "template0")
-    )
-    with admin(server) as conn:
-        conn.execute(query)
-    return with_dbname(server, name)
-
-
-def drop_database(server: str, url: str) -> None:
-    name = urlsplit(url).path.lstrip("/")
-    with admin(server) as conn:
-        drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
-        conn.execute(drop.format(sql.Identifier(name)))
-
-
-def create_template(server: str) -> str:
-    """A migrated database to copy from; returns its name."""
-    url = create_database(server, prefix="outbox_tpl")
-    with psycopg.connect(url, autocommit=True) as conn:
-        migrate(conn, SCHEMA)
-    return urlsplit(url).path.lstrip("/")
 
 
 def count(url: str, table: str, where: str = "TRUE") -> int:

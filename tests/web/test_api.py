@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 import outbox
 from outbox.admin import deadletter as dl
 from outbox.admin.portal import WebSettings
-from outbox.receiver import Behaviour, Receiver
+from outbox.testing.receiver import Behaviour, Receiver
 from tests.support.cli import delivery_ids, execute, invoke
 from tests.support.pg import SCHEMA
 from tests.support.workers import SECRET

@@ -21,7 +21,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 import outbox
-from outbox.receiver import Behaviour, Receiver
+from outbox.testing.receiver import Behaviour, Receiver
 from tests.support import pg
 from tests.support.browser import Server, chromium, screenshot
 from tests.support.cli import delivery_ids, execute

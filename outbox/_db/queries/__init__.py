@@ -1,7 +1,7 @@
 """Every SQL statement of the ``outbox`` package, in one place: this package, one module per
-concern (emit, endpoints, operations, schema, events, console), every statement re-exported
-here: callers, the worker's registry and the tests included, write ``queries.NAME`` (a test
-checks that every upper-case name of the modules is exported).
+concern (emit, endpoints, operations, schema, events, console, testing), every statement
+re-exported here: callers, the worker's registry and the tests included, write
+``queries.NAME`` (tests/unit/test_house.py checks that every statement is exported).
 
 ``{schema}`` is replaced by the quoted schema name (:func:`outbox._db.connection.render`);
 values are
@@ -87,6 +87,7 @@ from outbox._db.queries.schema import (
     SET_SEARCH_PATH,
     SHOW_SEARCH_PATH,
 )
+from outbox._db.queries.testing import EVENT_IDS_SINCE, EVENTS_SINCE
 
 __all__ = [
     "ALL_TENANT_ENDPOINTS",
@@ -123,8 +124,10 @@ __all__ = [
     "ENDPOINT_SET_SECRETS",
     "ENDPOINT_SIGNING_SECRETS",
     "ENDPOINT_UPDATE",
+    "EVENTS_SINCE",
     "EVENT_DELIVERIES",
     "EVENT_GET",
+    "EVENT_IDS_SINCE",
     "EVENT_ID_BY_IDEMPOTENCY_KEY",
     "EVENT_LIST",
     "INBOX_MIGRATIONS_APPLIED",

@@ -1,15 +1,16 @@
 """A real, stdlib-only HTTP webhook receiver for demos and tests (not for production).
 
-``outbox demo`` and the delivery-worker integration tests point endpoints at a
-:class:`Receiver`; ``python -m outbox.receiver --port 8080 --secret whsec_...`` runs one
-standalone and prints ``<webhook-id> <type> signature=ok|bad|unchecked`` per request.
-This module serves, records and scripts; carrying an answer out on the wire (plain, or
-hostile: reset, garbage, hang, trickle, gzip bomb) is :mod:`outbox.receiver_answers`,
-whose :class:`Behaviour`, :func:`gzip_bomb` and ``TRICKLE_LENGTH`` it re-exports.
+``outbox demo``, the ``outbox_receiver`` fixture of :mod:`outbox.testing.plugin` and the
+delivery-worker tests point endpoints at a :class:`Receiver`;
+``python -m outbox.testing.receiver --port 8080 --secret whsec_...`` runs one standalone and
+prints ``<webhook-id> <type> signature=ok|bad|unchecked`` per request. It answers with a
+scripted :class:`Behaviour` (status, headers, body, delay); a subclass of :class:`Behaviour`
+may carry out any other answer through :meth:`Behaviour.carry_out` (the project's own tests
+script resets, hangs, trickles and gzip bombs that way).
 
 What it guarantees
     * Every request whose body was read completely is recorded exactly once, in arrival
-      order, *before* its scripted response (delay, reset, hang, ...) is carried out; a
+      order, *before* its scripted response (delay, then the answer) is carried out; a
       request that arrives after :meth:`Receiver.stop` began is closed unrecorded.
     * Recording is thread-safe; :meth:`Receiver.wait_for` sleeps on a condition variable.
     * ``signature_ok`` is the verdict of :func:`outbox.signing.verify` (default 300 s
@@ -38,24 +39,61 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from http.server import ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, cast
 from urllib.parse import urlsplit
 
 from outbox.errors import InvalidEndpoint, InvalidSignature
-from outbox.receiver_answers import (
-    TRICKLE_LENGTH,
-    AnsweringHandler,
-    Behaviour,
-    answer_status,
-    gzip_bomb,
-)
 from outbox.signing import decode_secret, verify
 
-# Behaviour, TRICKLE_LENGTH and gzip_bomb live in outbox.receiver_answers; re-exported here.
-__all__ = ["TRICKLE_LENGTH", "Behaviour", "Received", "Receiver", "gzip_bomb", "main"]
+__all__ = ["AnsweringHandler", "Behaviour", "Received", "Receiver", "main"]
 
 MAX_REQUEST_BODY = 64 * 1024 * 1024
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Behaviour:
+    """One scripted answer: wait ``delay`` seconds, then answer ``status`` with ``headers``
+    and ``body`` (``Content-Length`` in ``headers`` is replaced by the body's length).
+
+    Subclasses override :meth:`status_sent` and :meth:`carry_out` to answer otherwise."""
+
+    status: int = 200
+    delay: float = 0.0
+    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    body: bytes = b""
+
+    def __post_init__(self) -> None:
+        if not 100 <= self.status <= 999 or self.delay < 0:
+            raise ValueError(f"need 100 <= status <= 999 and delay >= 0, got {self!r}")
+
+    def status_sent(self) -> int | None:
+        """The status line the client will see (``None``: none), known before answering,
+        so a request can be recorded before it is answered."""
+        return self.status
+
+    def carry_out(self, handler: AnsweringHandler, stopping: threading.Event) -> None:
+        """Write this answer to ``handler``'s connection; return early once ``stopping``
+        is set if the answer takes time."""
+        handler.send(self.status, self.headers, self.body)
+
+
+class AnsweringHandler(BaseHTTPRequestHandler):
+    """The request handler a :class:`Behaviour` writes its answer through."""
+
+    def send(self, status: int, headers: Mapping[str, str], body: bytes) -> None:
+        """A complete answer with ``Content-Length`` (keep-alive framing stays correct)."""
+        self.start(status, headers, len(body))
+        self.wfile.write(body)
+
+    def start(self, status: int, headers: Mapping[str, str], length: int) -> None:
+        """The status line and headers, announcing a body of ``length`` bytes."""
+        self.send_response(status)
+        for name, value in headers.items():
+            if name.lower() != "content-length":
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(length))
+        self.end_headers()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -72,6 +110,19 @@ class Received:
     headers: dict[str, str]
     at: float
     answer: int | None = None  # the status it was answered with; None: reset, hang, garbage
+
+    @property
+    def type(self) -> str | None:
+        """The ``type`` key of a JSON object body, else ``None``. Pings (Standard Webhooks
+        envelopes) carry one; an event's request body is its payload exactly as emitted,
+        so this is the payload's own ``type`` key, if it has one (the event is known by
+        ``webhook_id``, its id)."""
+        kind = _event_type(self.body)
+        return None if kind == "-" else kind
+
+    def json(self) -> Any:
+        """The body decoded as JSON (``ValueError`` if it is not JSON)."""
+        return json.loads(self.body)
 
 
 def _longest_prefix(path: str, prefixes: Mapping[str, Any]) -> str | None:
@@ -146,7 +197,7 @@ class _Handler(AnsweringHandler):
             if behaviour.delay and receiver.stopping.wait(behaviour.delay):
                 self.close_connection = True
                 return
-            self._respond(behaviour, receiver.stopping)
+            behaviour.carry_out(self, receiver.stopping)
         except OSError:
             self.close_connection = True
 
@@ -268,7 +319,7 @@ class Receiver:
                 body=body,
                 headers=headers,
                 at=time.time(),
-                answer=answer_status(behaviour),
+                answer=behaviour.status_sent(),
             )
             self._records.append(record)
             if record.webhook_id is not None:
@@ -311,6 +362,16 @@ class Receiver:
             self._cond.wait_for(done, timeout)
             return (len(self._counts) if distinct else len(self._records)) >= n
 
+    def wait(self, n: int = 1, timeout: float = 10.0, *, distinct: bool = False) -> list[Received]:
+        """:meth:`wait_for`, then every record so far; ``AssertionError`` naming what did
+        arrive when ``n`` requests did not arrive within ``timeout`` seconds."""
+        if not self.wait_for(n, timeout, distinct=distinct):
+            got = [(r.webhook_id, r.type, r.signature_ok) for r in self.received]
+            what = "distinct webhook-ids" if distinct else "requests"
+            raise AssertionError(f"expected {n} {what} within {timeout:g} s at {self.url},"
+                                 f" got {len(got)}: {got}")
+        return self.received
+
     def clear(self) -> None:
         """Forget every record (scripts and their positions are kept)."""
         with self._cond:
@@ -334,9 +395,9 @@ def _print_delivery(record: Received) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m outbox.receiver``: receive and print webhooks until Ctrl-C."""
+    """``python -m outbox.testing.receiver``: receive and print webhooks until Ctrl-C."""
     parser = argparse.ArgumentParser(
-        prog="python -m outbox.receiver",
+        prog="python -m outbox.testing.receiver",
         description="Test webhook receiver: prints '<webhook-id> <type> signature=...'.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="bind address (127.0.0.1)")
