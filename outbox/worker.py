@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from outbox.delivery.settings import WorkerSettings
 
 
-__all__ = ["demo_runner", "ping", "run_worker", "worker_settings"]
+__all__ = ["demo_runner", "drain", "ping", "run_worker", "worker_settings"]
 
 
 def _require(what: str, module: str) -> None:
@@ -105,6 +105,17 @@ def run_worker(overrides: Mapping[str, Any], *, drain: bool, log_format: str | N
                                           signals=(signal.SIGTERM, signal.SIGINT)))
     supervised.report_stats(stats)
     return stats
+
+
+def drain(overrides: Mapping[str, Any], what: str = "drain") -> dict[str, int]:
+    """Run one worker in this process until nothing is due; its counters. No signal
+    handlers and no logging set up: the caller's (a test's) process keeps its own. Each
+    outcome commits as ``outbox worker`` commits it."""
+    _require(what, "outbox.delivery.runner")
+    from outbox.delivery import runner
+
+    settings = worker_settings(overrides, what)
+    return asyncio.run(runner.run_worker(settings, drain=True))
 
 
 def demo_runner() -> Callable[[str, str, int], None]:

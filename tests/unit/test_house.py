@@ -41,7 +41,7 @@ PUBLIC: dict[str, set[str]] = {
                         "mask_url"},
     "outbox.signing": set(),  # filled from the module: checked against the docs page below
     "outbox.inbox": set(),
-    "outbox.worker": {"demo_runner", "ping", "run_worker", "worker_settings"},
+    "outbox.worker": {"demo_runner", "drain", "ping", "run_worker", "worker_settings"},
     "outbox.admin.endpoints": {
         "Created", "Endpoint", "Rotated", "URL_MAX_LENGTH", "Updated", "add",
         "check_destination", "get", "list_all", "parse_id", "rotate_secret", "set_enabled",
@@ -156,3 +156,13 @@ def test_no_import_cycle_in_outbox() -> None:
         if module not in index:
             visit(module)
     assert not cycles, f"import cycles: {cycles}"
+
+
+def test_every_statement_of_the_registry_is_exported() -> None:
+    from outbox._db import queries
+
+    for info in pkgutil.iter_modules(queries.__path__, "outbox._db.queries."):
+        module = importlib.import_module(info.name)
+        names = {n for n in vars(module) if re.fullmatch(r"[A-Z][A-Z0-9_]+", n)}
+        missing = names - set(queries.__all__)
+        assert not missing, f"{info.name}: not re-exported by outbox._db.queries: {missing}"
