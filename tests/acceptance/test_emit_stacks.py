@@ -1,12 +1,11 @@
 """Emitted on each stack, delivered: through a real worker to a verifying receiver on
-127.0.0.1 (issue 19). Also the README's three stack snippets, executed as written."""
+127.0.0.1. Also the three stack snippets of docs/content/guides/stacks.md,
+executed as written."""
 
 from __future__ import annotations
 
 import json
-import re
 import uuid
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -16,6 +15,7 @@ from fastapi.testclient import TestClient
 from outbox import Event
 from outbox.receiver import Receiver
 from tests.integration.test_emit_stacks_django import manage
+from tests.support.docs import snippet
 from tests.support.pg import SCHEMA, count
 from tests.support.stacks import (
     ORDERS,
@@ -27,15 +27,11 @@ from tests.support.stacks import (
 )
 from tests.support.workers import SECRET, add_endpoint, drain, rows, settings
 
-ROOT = Path(__file__).resolve().parents[2]
 FAMILIES = [Psycopg2, AsyncpgPool, SASessionPsycopg2, SAAsyncSession]
 
 
-def readme_snippet(marker: str) -> str:
-    text = (ROOT / "README.md").read_text()
-    match = re.search(rf"<!-- {marker} -->\n```python\n(.*?)\n```", text, re.S)
-    assert match, f"README.md has the {marker} snippet"
-    return match.group(1)
+def stacks_snippet(marker: str) -> str:
+    return snippet("guides/stacks.md", marker)
 
 
 def deliver(db_url: str, rx: Receiver, expected: dict[uuid.UUID, dict[str, Any]]) -> None:
@@ -71,8 +67,8 @@ def test_committed_events_are_delivered(db_url: str, stack_type: type[Stack]) ->
 
 
 @pytest.mark.parametrize("driver", ["psycopg", "psycopg2"])
-def test_django_view_from_the_readme_is_delivered(db_url: str, driver: str) -> None:
-    """The README's Django view (the test project's view) on Django's test client."""
+def test_django_view_from_the_docs_is_delivered(db_url: str, driver: str) -> None:
+    """The docs' Django view (the test project's view) on Django's test client."""
     manage(db_url, driver, "migrate", "--no-input")
     with Receiver(secret=SECRET) as rx:
         add_endpoint(db_url, rx.url + "/hook")
@@ -83,10 +79,10 @@ def test_django_view_from_the_readme_is_delivered(db_url: str, driver: str) -> N
         deliver(db_url, rx, {event_id: {"order": 7, "total": "12.50"}})
 
 
-def test_fastapi_sqlalchemy_snippet_from_the_readme(db_url: str) -> None:
+def test_fastapi_sqlalchemy_snippet_from_the_docs(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as c:
         c.execute("CREATE TABLE orders (number int PRIMARY KEY)")
-    code = readme_snippet("emit-fastapi").replace(
+    code = stacks_snippet("emit-fastapi").replace(
         "postgresql+asyncpg://localhost/app", db_url.replace("://", "+asyncpg://", 1))
     namespace: dict[str, Any] = {}
     exec(code, namespace)
@@ -104,10 +100,10 @@ def test_fastapi_sqlalchemy_snippet_from_the_readme(db_url: str) -> None:
         deliver(db_url, rx, {event_id: {"order": 42}})
 
 
-def test_psycopg2_snippet_from_the_readme(db_url: str) -> None:
+def test_psycopg2_snippet_from_the_docs(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as c:
         c.execute("CREATE TABLE orders (number int PRIMARY KEY)")
-    code = readme_snippet("emit-psycopg2").replace('"dbname=app"', repr(db_url))
+    code = stacks_snippet("emit-psycopg2").replace('"dbname=app"', repr(db_url))
     namespace: dict[str, Any] = {}
     exec(code, namespace)
     namespace["conn"].close()
