@@ -23,12 +23,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import click
 import mkdocs_gen_files
 from pydantic import AliasChoices
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 
-from outbox.cli import load_commands
+from outbox.cli import cli, load_commands
 from outbox.delivery.settings import WorkerSettings
 from outbox.portal import WebSettings
 from outbox.settings import Settings
@@ -151,9 +152,10 @@ def bounds_text(field: FieldInfo) -> str:
 
 
 def type_text(field: FieldInfo) -> str:
-    text = getattr(field.annotation, "__name__", None) or str(field.annotation)
-    text = str(field.annotation) if "|" in str(field.annotation) else text
-    return text.replace("typing.", "").replace("pydantic.types.", "")
+    annotation = field.annotation
+    if isinstance(annotation, type):
+        return annotation.__name__
+    return str(annotation).replace("typing.", "").replace("pydantic.types.", "")
 
 
 def own_fields(model: type[BaseSettings]) -> Iterator[tuple[str, FieldInfo]]:
@@ -187,7 +189,31 @@ def settings_page() -> str:
                        f"| {default_text(name, field)} | {bounds_text(field)} "
                        f"| {meaning(name, field)} |")
         out.append("")
-    return "\n".join(out)
+    return "\n".join(out + cli_env_lines())
+
+
+def cli_env_lines() -> list[str]:
+    """Options of the ``outbox`` command read from an environment variable of their own."""
+    rows: list[str] = []
+
+    def walk(command: click.Command, path: str) -> None:
+        for param in command.params:
+            names = [param.envvar] if isinstance(param.envvar, str) else param.envvar or []
+            for env in names:
+                option = "/".join(param.opts)
+                rows.append(f"| `{env}` | `{path} {option}` | {cell(param.help or '')} |"
+                            if isinstance(param, click.Option) else f"| `{env}` | `{path}` | |")
+        if isinstance(command, click.Group):
+            for sub_name, sub in sorted(command.commands.items()):
+                walk(sub, f"{path} {sub_name}")
+
+    walk(cli, "outbox")
+    if not rows:
+        return []
+    return ["## Command-line options", "",
+            "Options of the `outbox` command that also read an environment variable of their "
+            "own (the option wins), from the click parser:", "",
+            "| variable | option | meaning |", "|---|---|---|", *rows, ""]
 
 
 def schema_text(schema: dict[str, Any]) -> str:
