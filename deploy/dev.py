@@ -91,11 +91,11 @@ def run(*argv: str, env: dict[str, str] | None = None) -> int:
 
 
 def docs(args: list[str]) -> int:
-    """Build the docs site (docs/mkdocs.yml) with warnings as errors, or ``serve`` it."""
+    """Build the docs site (docs/mkdocs/mkdocs.yml) with warnings as errors, or ``serve`` it."""
     # mkdocs-material prints notices about the tool's future on every run; they are not
     # warnings about this site (strict mode still fails on those).
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "DISABLE_MKDOCS_2_WARNING": "true"}
-    config = ["-f", str(ROOT / "docs" / "mkdocs.yml")]
+    config = ["-f", str(ROOT / "docs" / "mkdocs" / "mkdocs.yml")]
     if args[:1] == ["serve"]:
         return run(str(BIN / "mkdocs"), "serve", *config, *args[1:], env=env)
     return run(str(BIN / "mkdocs"), "build", "--strict", *config, *args, env=env)

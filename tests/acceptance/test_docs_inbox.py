@@ -1,4 +1,4 @@
-"""The inbox snippet of docs/content/guides/inbox.md (exactly-once effects), executed as
+"""The inbox snippet of docs/guides/inbox.md (exactly-once effects), executed as
 pasted."""
 
 from __future__ import annotations

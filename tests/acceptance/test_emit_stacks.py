@@ -1,5 +1,5 @@
 """Emitted on each stack, delivered: through a real worker to a verifying receiver on
-127.0.0.1. Also the three stack snippets of docs/content/guides/stacks.md,
+127.0.0.1. Also the three stack snippets of docs/guides/stacks.md,
 executed as written."""
 
 from __future__ import annotations

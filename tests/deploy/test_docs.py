@@ -1,4 +1,4 @@
-"""The README and the docs pages (docs/content/): every relative link resolves, anchors
+"""The README and the docs pages (docs/): every relative link resolves, anchors
 included; no page cites an issue number or a file the repository does not have; every
 page is in the site's navigation; every marked snippet is run by a test.
 
@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-CONTENT = ROOT / "docs" / "content"
+CONTENT = ROOT / "docs"
 PAGES = sorted(CONTENT.rglob("*.md"))
 DOCUMENTS = [ROOT / "README.md", *PAGES]
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.S | re.M)
@@ -75,7 +75,7 @@ def test_links_are_found() -> None:
     """The link pattern sees the README's links (a pattern that matched nothing would pass
     every page)."""
     links = relative_links(ROOT / "README.md")
-    assert "docs/content/getting-started.md" in links
+    assert "docs/getting-started.md" in links
     assert len(links) >= 15
 
 
@@ -106,7 +106,7 @@ def nav_pages(node: object) -> list[str]:
 
 
 def test_every_page_is_in_the_nav() -> None:
-    config = yaml.safe_load((ROOT / "docs" / "mkdocs.yml").read_text())
+    config = yaml.safe_load((ROOT / "docs" / "mkdocs" / "mkdocs.yml").read_text())
     listed = nav_pages(config["nav"])
     on_disk = sorted(str(p.relative_to(CONTENT)) for p in PAGES)
     assert sorted(listed) == on_disk
@@ -127,7 +127,7 @@ def test_site_builds(tmp_path: Path) -> None:
     """mkdocs build --strict (as .ci/run): warnings, broken links or anchors fail it."""
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "DISABLE_MKDOCS_2_WARNING": "true"}
     mkdocs = Path(sys.executable).parent / "mkdocs"
-    config = str(ROOT / "docs" / "mkdocs.yml")
+    config = str(ROOT / "docs" / "mkdocs" / "mkdocs.yml")
     done = subprocess.run([str(mkdocs), "build", "--strict", "-f", config,
                            "--site-dir", str(tmp_path / "site")], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)

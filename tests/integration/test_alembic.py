@@ -1,5 +1,5 @@
 """``alembic upgrade head`` of a real Alembic project (tests/alembic_project/) whose first
-revision is the snippet of docs/content/guides/migrations.md,
+revision is the snippet of docs/guides/migrations.md,
 ``outbox.contrib.alembic.upgrade()``, on the psycopg 3, psycopg2 and asyncpg drivers."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""outbox schema: the snippet of docs/content/guides/migrations.md (<!-- alembic-revision -->),
+"""outbox schema: the snippet of docs/guides/migrations.md (<!-- alembic-revision -->),
 verbatim.
 
 Revision ID: 0001_outbox

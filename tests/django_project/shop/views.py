@@ -1,4 +1,4 @@
-"""The shop's views: the Django snippet of docs/content/guides/stacks.md, executed as written
+"""The shop's views: the Django snippet of docs/guides/stacks.md, executed as written
 (so the documented code is what tests/acceptance/test_emit_stacks.py drives through Django's
 test client)."""
 
@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 
 place_order: Callable[[HttpRequest], HttpResponse]  # defined by the snippet
 
-_PAGE = Path(__file__).resolve().parents[3] / "docs" / "content" / "guides" / "stacks.md"
+_PAGE = Path(__file__).resolve().parents[3] / "docs" / "guides" / "stacks.md"
 _SNIPPET = re.search(r"<!-- emit-django -->\n```python\n(.*?)\n```", _PAGE.read_text(), re.S)
-assert _SNIPPET, "docs/content/guides/stacks.md has the Django emit snippet"
+assert _SNIPPET, "docs/guides/stacks.md has the Django emit snippet"
 exec(_SNIPPET.group(1))

@@ -1,4 +1,4 @@
-"""mkdocs hooks (docs/mkdocs.yml ``hooks``).
+"""mkdocs hooks (docs/mkdocs/mkdocs.yml ``hooks``).
 
 Docstrings cross-reference with Sphinx roles (``:func:`outbox.verify```), which mkdocstrings
 renders as the role's name followed by the code; the role names are dropped from the HTML

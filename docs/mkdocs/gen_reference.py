@@ -1,6 +1,6 @@
 """Reference pages generated from the code at every docs build (mkdocs-gen-files).
 
-Each generated page has a source under ``docs/content/`` (its title and introduction) holding
+Each generated page has a source under ``docs/`` (its title and introduction) holding
 ``<!-- generated: NAME -->`` where the generated part goes.
 
 - ``reference/settings.md``: every field of the pydantic settings models
@@ -35,7 +35,7 @@ from outbox.portal import WebSettings
 from outbox.settings import Settings
 from outbox.web import create_app
 
-CONTENT = Path(__file__).resolve().parent / "content"
+CONTENT = Path(__file__).resolve().parent.parent  # docs/: the pages
 
 load_commands()  # the CLI's subcommands register themselves on import (for mkdocs-click)
 
@@ -170,7 +170,7 @@ def own_fields(model: type[BaseSettings]) -> Iterator[tuple[str, FieldInfo]]:
 def meaning(name: str, field: FieldInfo) -> str:
     text = field.description or MEANINGS.get(name)
     if not text:
-        raise SystemExit(f"docs/gen_reference.py: setting {name!r} has no description: add "
+        raise SystemExit(f"docs/mkdocs/gen_reference.py: setting {name!r} has no description: add "
                          "Field(description=...) or a line to MEANINGS")
     return text.replace("|", "\\|")
 
@@ -179,7 +179,8 @@ def settings_page() -> str:
     documented = {n for _, m, _ in MODELS for n in m.model_fields}
     stale = set(MEANINGS) - documented
     if stale:
-        raise SystemExit(f"docs/gen_reference.py: MEANINGS names no setting: {sorted(stale)}")
+        raise SystemExit(f"docs/mkdocs/gen_reference.py: MEANINGS names no setting: "
+                         f"{sorted(stale)}")
     out: list[str] = []
     for title, model, intro in MODELS:
         out += [f"## {title}", "", intro, "", f"Model: `{model.__module__}.{model.__name__}`.",
@@ -286,7 +287,7 @@ def fill(page: str, marker: str, generated: str) -> None:
     source = (CONTENT / page).read_text()
     tag = f"<!-- generated: {marker} -->"
     if source.count(tag) != 1:
-        raise SystemExit(f"docs/gen_reference.py: {page} must hold {tag} once")
+        raise SystemExit(f"docs/mkdocs/gen_reference.py: {page} must hold {tag} once")
     with mkdocs_gen_files.open(page, "w") as f:
         f.write(source.replace(tag, generated))
 
