@@ -5,6 +5,8 @@
     python3 deploy/dev.py test    # the whole test suite (starts PostgreSQL if needed)
     python3 deploy/dev.py test --fast   # the same without the tests marked slow
     python3 deploy/dev.py lint    # ruff, mypy --strict and the import-layer contracts
+    python3 deploy/dev.py docs    # the docs site, offline, warnings as errors -> site/
+    python3 deploy/dev.py docs serve   # the same, live on http://127.0.0.1:8000
 
 It creates ./.venv on first use and reinstalls the project (with its dev extra) whenever
 pyproject.toml changes; `test` also installs the Debian tools the deploy/ tests run
@@ -84,18 +86,31 @@ def fast(args: list[str]) -> list[str]:
     return [*rest, "-m", f"not slow and ({expr})" if expr.strip() else "not slow"]
 
 
-def run(*argv: str) -> int:
-    return subprocess.run(list(argv), cwd=ROOT).returncode
+def run(*argv: str, env: dict[str, str] | None = None) -> int:
+    return subprocess.run(list(argv), cwd=ROOT, env=env).returncode
+
+
+def docs(args: list[str]) -> int:
+    """Build the docs site (docs/mkdocs/mkdocs.yml) with warnings as errors, or ``serve`` it."""
+    # mkdocs-material prints notices about the tool's future on every run; they are not
+    # warnings about this site (strict mode still fails on those).
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "DISABLE_MKDOCS_2_WARNING": "true"}
+    config = ["-f", str(ROOT / "docs" / "mkdocs" / "mkdocs.yml")]
+    if args[:1] == ["serve"]:
+        return run(str(BIN / "mkdocs"), "serve", *config, *args[1:], env=env)
+    return run(str(BIN / "mkdocs"), "build", "--strict", *config, *args, env=env)
 
 
 def main() -> int:
     command, *rest = sys.argv[1:] or ["help"]
-    if command not in ("demo", "test", "lint"):
+    if command not in ("demo", "test", "lint", "docs"):
         print(__doc__)
         return 0 if command in ("help", "-h", "--help") else 2
     ensure_venv()
     if command == "demo":
         return run(str(BIN / "outbox"), "demo", *rest)
+    if command == "docs":
+        return docs(rest)
     if command == "test":
         ensure_test_tools()
         if "--fast" in rest:

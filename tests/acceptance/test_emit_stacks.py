@@ -1,12 +1,11 @@
 """Emitted on each stack, delivered: through a real worker to a verifying receiver on
-127.0.0.1. Also the README's three stack snippets, executed as written."""
+127.0.0.1. Also the three stack snippets of docs/guides/stacks.md,
+executed as written."""
 
 from __future__ import annotations
 
 import json
-import re
 import uuid
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -16,6 +15,7 @@ from fastapi.testclient import TestClient
 from outbox import Event
 from outbox.testing import Receiver, captured_events, deliver_due
 from tests.integration.test_emit_stacks_django import manage
+from tests.support.docs import snippet
 from tests.support.pg import SCHEMA, count
 from tests.support.stacks import (
     ORDERS,
@@ -27,15 +27,11 @@ from tests.support.stacks import (
 )
 from tests.support.workers import add_endpoint, rows
 
-ROOT = Path(__file__).resolve().parents[2]
 FAMILIES = [Psycopg2, AsyncpgPool, SASessionPsycopg2, SAAsyncSession]
 
 
-def readme_snippet(marker: str) -> str:
-    text = (ROOT / "README.md").read_text()
-    match = re.search(rf"<!-- {marker} -->\n```python\n(.*?)\n```", text, re.S)
-    assert match, f"README.md has the {marker} snippet"
-    return match.group(1)
+def stacks_snippet(marker: str) -> str:
+    return snippet("guides/stacks.md", marker)
 
 
 def deliver(db_url: str, rx: Receiver, expected: dict[uuid.UUID, dict[str, Any]]) -> None:
@@ -74,10 +70,10 @@ def test_committed_events_are_delivered(db_url: str, stack_type: type[Stack],
 
 
 @pytest.mark.parametrize("driver", ["psycopg", "psycopg2"])
-def test_django_view_from_the_readme_is_delivered(db_url: str, driver: str,
+def test_django_view_from_the_docs_is_delivered(db_url: str, driver: str,
                                                   outbox_endpoint: uuid.UUID,
                                                   outbox_receiver: Receiver) -> None:
-    """The README's Django view (the test project's view) on Django's test client."""
+    """The docs' Django view (the test project's view) on Django's test client."""
     manage(db_url, driver, "migrate", "--no-input")
     seen = json.loads(manage(db_url, driver, "emit_scenarios", "view"))["view"]
     assert seen == {"forged": 403, "status": 201, "body": {"order": 7}}
@@ -86,11 +82,11 @@ def test_django_view_from_the_readme_is_delivered(db_url: str, driver: str,
     deliver(db_url, outbox_receiver, {event_id: {"order": 7, "total": "12.50"}})
 
 
-def test_fastapi_sqlalchemy_snippet_from_the_readme(db_url: str, outbox_endpoint: uuid.UUID,
+def test_fastapi_sqlalchemy_snippet_from_the_docs(db_url: str, outbox_endpoint: uuid.UUID,
                                                     outbox_receiver: Receiver) -> None:
     with psycopg.connect(db_url, autocommit=True) as c:
         c.execute("CREATE TABLE orders (number int PRIMARY KEY)")
-    code = readme_snippet("emit-fastapi").replace(
+    code = stacks_snippet("emit-fastapi").replace(
         "postgresql+asyncpg://localhost/app", db_url.replace("://", "+asyncpg://", 1))
     namespace: dict[str, Any] = {}
     exec(code, namespace)
@@ -109,11 +105,11 @@ def test_fastapi_sqlalchemy_snippet_from_the_readme(db_url: str, outbox_endpoint
     deliver(db_url, outbox_receiver, {event_id: {"order": 42}})
 
 
-def test_psycopg2_snippet_from_the_readme(db_url: str, outbox_receiver: Receiver,
+def test_psycopg2_snippet_from_the_docs(db_url: str, outbox_receiver: Receiver,
                                           outbox_webhook_secret: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as c:
         c.execute("CREATE TABLE orders (number int PRIMARY KEY)")
-    code = readme_snippet("emit-psycopg2").replace('"dbname=app"', repr(db_url))
+    code = stacks_snippet("emit-psycopg2").replace('"dbname=app"', repr(db_url))
     namespace: dict[str, Any] = {}
     exec(code, namespace)
     namespace["conn"].close()

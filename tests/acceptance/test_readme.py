@@ -1,4 +1,5 @@
-"""The README's quickstart works when pasted (against a test database and a free port)."""
+"""The README's quickstart works when pasted (against a test database and a free port), and
+the docs' Getting started page shows the same one."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.docs import snippet
 from tests.support.net import free_port
 
 pytestmark = pytest.mark.slow  # runs the quickstart in a shell
@@ -23,6 +25,10 @@ def _quickstart() -> str:
     match = re.search(r"```sh\n(.*?)\n```", section, re.S)
     assert match, "the quickstart has a sh block"
     return match.group(1)
+
+
+def test_getting_started_shows_the_readme_quickstart() -> None:
+    assert snippet("getting-started.md", "quickstart", "sh") == _quickstart()
 
 
 def test_quickstart_runs(blank_db_url: str, tmp_path: Path) -> None:

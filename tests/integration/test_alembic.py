@@ -1,6 +1,6 @@
 """``alembic upgrade head`` of a real Alembic project (tests/alembic_project/) whose first
-revision is the README's snippet, ``outbox.contrib.alembic.upgrade()``, on the psycopg 3,
-psycopg2 and asyncpg drivers."""
+revision is the snippet of docs/guides/migrations.md,
+``outbox.contrib.alembic.upgrade()``, on the psycopg 3, psycopg2 and asyncpg drivers."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from outbox.admin.migrations import available
 from outbox.contrib.alembic import _cursor
+from tests.support.docs import snippet
 from tests.support.pg import outbox_migrations
 from tests.support.workers import rows, wait_until
 
@@ -114,9 +115,8 @@ def test_offline_sql_is_refused(blank_db_url: str) -> None:
     assert "use `outbox migrate --print` for the SQL" in proc.stderr
 
 
-def test_readme_snippet_is_the_tested_revision() -> None:
-    readme = (ROOT / "README.md").read_text()
-    block = readme.split("<!-- alembic-revision -->\n```python\n", 1)[1].split("```", 1)[0]
+def test_docs_snippet_is_the_tested_revision() -> None:
+    block = snippet("guides/migrations.md", "alembic-revision")
     revision = (ROOT / "tests" / "alembic_project" / "versions" / "0001_outbox.py").read_text()
     assert block in revision
 

@@ -1,4 +1,5 @@
-"""outbox schema: the README's snippet (<!-- alembic-revision -->), verbatim.
+"""outbox schema: the snippet of docs/guides/migrations.md (<!-- alembic-revision -->),
+verbatim.
 
 Revision ID: 0001_outbox
 Revises:

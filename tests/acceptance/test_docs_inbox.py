@@ -1,27 +1,21 @@
-"""The README's "Receiving webhooks exactly once" snippet, executed as pasted."""
+"""The inbox snippet of docs/guides/inbox.md (exactly-once effects), executed as
+pasted."""
 
 from __future__ import annotations
 
-import re
 import time
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
 from outbox.settings import get_settings
+from tests.support.docs import snippet
 from tests.support.inbox import SECRET, prepare_receiver_db, signed, written
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _snippet() -> str:
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## Receiving webhooks exactly once", 1)[1].split("\n## ", 1)[0]
-    match = re.search(r"```python\n(.*?)\n```", section, re.S)
-    assert match, "the section has a python block"
-    return match.group(1)
+    return snippet("guides/inbox.md", "inbox-receive")
 
 
 def test_inbox_snippet_runs(blank_db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
