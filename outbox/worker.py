@@ -113,7 +113,11 @@ def drain(overrides: Mapping[str, Any], what: str = "drain") -> dict[str, int]:
     outcome commits as ``outbox worker`` commits it."""
     _require(what, "outbox.delivery.runner")
     from outbox.delivery import runner
+    from outbox.delivery.settings import WorkerSettings
 
+    unknown = sorted(set(overrides) - set(WorkerSettings.model_fields))
+    if unknown:
+        raise ConfigurationError(f"{what}: unknown worker setting(s) {', '.join(unknown)}")
     settings = worker_settings(overrides, what)
     return asyncio.run(runner.run_worker(settings, drain=True))
 

@@ -27,13 +27,14 @@ def deliver_due(database_url: str, *, schema: str = "outbox",
     before the worker finds nothing due (the next event of an ordered key, a retry whose
     backoff has ended); each outcome is committed as ``outbox worker`` commits it:
     delivered, dead, or a retry scheduled at its backoff (one not yet due is left for a
-    later call). ``settings`` are worker settings (``OUTBOX_*`` names
-    in lower case, e.g. ``max_attempts=1``) on top of the environment and of test defaults
-    (loopback receivers allowed, 5 s HTTP timeout, no metrics port).
+    later call). ``settings`` are worker settings (``OUTBOX_*`` names in lower case, e.g.
+    ``max_attempts=1``) on top of the environment and of test defaults (loopback receivers
+    allowed, 5 s HTTP timeout, no metrics port).
 
-    Needs the ``worker`` extra (:class:`~outbox.errors.ConfigurationError` naming it
-    otherwise). Runs its own event loop: call it from synchronous code (from a coroutine,
-    ``await asyncio.to_thread(deliver_due, ...)``)."""
+    An unknown or invalid setting is a :class:`~outbox.errors.ConfigurationError` before
+    anything runs; so is a missing ``worker`` extra (naming it). It runs its own event loop:
+    call it from synchronous code (from a coroutine, ``await asyncio.to_thread(deliver_due,
+    ...)``)."""
     from outbox import worker
 
     overrides = {**_TEST_DEFAULTS, **settings, "database_url": database_url,

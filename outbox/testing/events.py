@@ -105,7 +105,10 @@ def captured_events(source: psycopg.Connection[Any] | str, *,
 
     ``source``: the psycopg connection the code under test emits on (to see its
     uncommitted events too), or a database URL (committed events only). ``schema``: the
-    outbox schema (``OUTBOX_SCHEMA``)."""
+    outbox schema (``OUTBOX_SCHEMA``). Any other ``source`` is a ``TypeError``."""
+    if not isinstance(source, str | psycopg.Connection):
+        raise TypeError(f"captured_events takes a psycopg Connection or a database URL, not "
+                        f"{type(source).__name__} (for another handle, pass the URL)")
     floor = uuid7_floor(dt.datetime.now(dt.UTC) - _CLOCK_SLACK)
     params = {"floor": floor}
     before = set(_read(source, render(queries.EVENT_IDS_SINCE, schema), params, scalar_row))

@@ -3,6 +3,7 @@ caller's transaction left as it was."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import psycopg
@@ -110,4 +111,16 @@ def test_a_bad_schema_is_refused_before_the_block(outbox_database_url: str) -> N
     with pytest.raises(ConfigurationError, match="lowercase SQL identifier"), \
             captured_events(outbox_database_url, schema="Bad-Schema"):
         ran.append(True)
+    assert ran == []
+
+
+def test_another_handle_is_refused_before_the_block(outbox_database_url: str) -> None:
+    async def refused() -> None:
+        async with await psycopg.AsyncConnection.connect(outbox_database_url) as aconn:
+            with pytest.raises(TypeError, match="pass the URL"), \
+                    captured_events(aconn):  # type: ignore[arg-type]
+                ran.append(True)
+
+    ran: list[bool] = []
+    asyncio.run(refused())
     assert ran == []

@@ -66,6 +66,8 @@ def test_invalid_settings_are_refused_before_anything_runs(outbox_database_url: 
         deliver_due(outbox_database_url, http_timeout_seconds=-1)
     with pytest.raises(ConfigurationError, match="lease"):
         deliver_due(outbox_database_url, http_timeout_seconds=60, lease_seconds=30)
+    with pytest.raises(ConfigurationError, match=r"unknown worker setting.*max_attempt$"):
+        deliver_due(outbox_database_url, max_attempt=1)
     assert count(outbox_database_url, "deliveries", "state = 'pending' AND attempts = 0") == 1
 
 
