@@ -29,7 +29,7 @@ Where httpx still serves, and why: nowhere on this path. The request goes straig
 aiohttp (a keep-alive ``ClientSession`` over a ``TCPConnector``): going through httpx,
 even calling an httpx-aiohttp transport directly without ``httpx.AsyncClient``, cost
 about a third of a worker's CPU per delivery in ``httpx.Request``/``Headers`` building
-and response wrapping (bench/README.md). :func:`send` accepts an
+and response wrapping (docs/performance.md). :func:`send` accepts an
 ``httpx.Timeout`` as ``timeout`` (anything with ``connect`` and ``read``), and
 :func:`~outbox.delivery.outcome.classify_exception` still maps httpx's exception tree,
 for callers that send with httpx themselves; the worker does not.

@@ -33,7 +33,7 @@ uncontended shared advisory lock. A lone event reaches the receiver at p50 3.4 m
 3.7 ms (poll mode at 50 ms: 31 / 49 ms). Alternatives not built: a trigger (one NOTIFY
 per row: the worst case above); a debounced notifier process (River), which still needs
 something to tell it about commits (polling, or a NOTIFY); logical decoding (needs
-``wal_level=logical`` and a replication slot). The figures are in bench/README.md.
+``wal_level=logical`` and a replication slot). The figures are in docs/performance.md.
 
 Worker states: a claim that found nothing asks to be armed (:meth:`Waker.idle`); a claim
 that found work disarms (:meth:`Waker.busy`), and the worker then re-claims on its own

@@ -232,7 +232,7 @@ def add(
     tenant's (and tenant-less) events; neither: tenant-less (:mod:`outbox.admin._routing`).
     ``event_types`` are exact types, ``'prefix.*'`` patterns or ``'*'``; none: every type.
     ``ordered``: deliveries of events that share a ``key`` go out one at a time, each after
-    the previous one is recorded delivered (README, "Ordered delivery").
+    the previous one is recorded delivered (docs/guides/ordering.md).
 
     With ``allow_networks`` the URL also passes :func:`check_destination` first
     (``None``, the library default, skips that check; the CLI always passes it).

@@ -67,7 +67,7 @@ def endpoints() -> None:
 @click.option("--description", default="", help="Free text shown in listings.")
 @click.option("--ordered", is_flag=True,
               help="Deliver events that share a key one at a time, in emit order, each "
-                   "after the previous one is delivered (README: Ordered delivery).")
+                   "after the previous one is delivered (docs: guides/ordering.md).")
 @delivery_options
 @pass_ctx
 def add(ctx: Context, url: str, event_types: tuple[str, ...], tenant: str | None,

@@ -6,7 +6,7 @@ can open that tenant's portal. An access log records the query string, so
 arguments: uvicorn's access log passes the path as an argument) to ``token=[redacted]``.
 ``outbox serve`` installs it on ``uvicorn.access`` (:func:`uvicorn_log_config`); an
 application that mounts the app, or a proxy in front of it, must redact its own logs
-(the README's "HTTP API" section says how).
+(docs/guides/console.md says how).
 """
 
 from __future__ import annotations

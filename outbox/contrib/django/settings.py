@@ -1,6 +1,6 @@
 """outbox settings for a Django project: Django settings first, then the environment.
 
-Each outbox setting (the ``OUTBOX_*`` variables of the README's Settings table) may be
+Each outbox setting (the ``OUTBOX_*`` variables of docs/reference/settings.md) may be
 given, highest precedence first:
 
 1. in an ``OUTBOX`` dict in the Django settings, without the prefix:
