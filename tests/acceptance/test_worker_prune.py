@@ -41,6 +41,9 @@ def test_only_one_pruner_at_a_time(db_url: str) -> None:
         holder.execute("SELECT pg_advisory_lock(hashtext('outbox.prune'), hashtext(%s))",
                        (SCHEMA,))
         assert prune_once(cfg) is None  # another worker holds the lock: skipped
+        # released explicitly: a closed connection's backend may hold it a moment longer
+        holder.execute("SELECT pg_advisory_unlock(hashtext('outbox.prune'), hashtext(%s))",
+                       (SCHEMA,))
     result = prune_once(cfg)
     assert result is not None and result.deliveries == 0
 
