@@ -65,6 +65,25 @@ class AttemptResult:
     retry_after_seconds: float | None
 
 
+class BrokerFailure(Exception):
+    """A broker did not take a message: ``error_class`` is ``broker_auth`` (credentials
+    refused), ``broker_refused`` (no such exchange or stream, a nack, an unroutable
+    message, a wrong key type), ``broker_connect`` (no connection) or ``broker_client``
+    (the client library is not installed). A RETRY like any transport failure:
+    ``max_attempts`` then dead-letters it, and a replay after the fix delivers."""
+
+    def __init__(self, error_class: str, message: str) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+
+
+def delivered(duration_ms: float, receipt: str | None) -> AttemptResult:
+    """A clean delivery without an HTTP status (a broker's acceptance, ``receipt``)."""
+    return AttemptResult(verdict=Verdict.DELIVERED, status_code=None, duration_ms=duration_ms,
+                         error_class=None, error=None, response_excerpt=receipt,
+                         retry_after_seconds=None)
+
+
 _RETRY_STATUSES = frozenset({408, 425, 429})
 _LOCATION_CAP = 512
 _DELTA_SECONDS = re.compile(r"-?\d+(?:\.\d+)?")
@@ -203,6 +222,8 @@ def _httpx_class(exc: BaseException, seconds: float) -> tuple[str, str] | None:
 
 def _exception_class(exc: BaseException, seconds: float) -> tuple[str, str]:
     name = type(exc).__name__
+    if isinstance(exc, BrokerFailure):
+        return exc.error_class, str(exc)
     via_aiohttp = _aiohttp_class(exc)
     if via_aiohttp == "timeout":
         return "timeout", f"timeout after {seconds:.1f}s"

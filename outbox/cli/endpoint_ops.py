@@ -127,7 +127,8 @@ def ping(ctx: Context, endpoint_id: str, as_json: bool) -> None:
     with ctx.connect() as conn:
         endpoint = ep.get(conn, endpoint_id, schema=ctx.schema)
         secrets = ep.signing_secrets(conn, endpoint.id, schema=ctx.schema)
-    result = worker_seam.ping(ctx.overrides, endpoint, secrets)
+        credentials = ep.url_credentials(conn, endpoint.id, schema=ctx.schema)
+    result = worker_seam.ping(ctx.overrides, endpoint, secrets, credentials)
     if as_json:
         echo_json(result)
     else:

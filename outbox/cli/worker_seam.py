@@ -111,10 +111,11 @@ def demo_runner() -> Callable[[str, str, int], None]:
 
 
 def ping(overrides: Mapping[str, Any], endpoint: Endpoint,
-         secrets: Sequence[str]) -> PingResult:
-    """One ping through the worker's sender (:func:`outbox.delivery.ping.ping`)."""
+         secrets: Sequence[str], credentials: str | None = None) -> PingResult:
+    """One ping through the worker's sender (:func:`outbox.delivery.ping.ping`);
+    ``credentials``: a broker URL's."""
     _require("ping", "outbox.delivery.ping")
     from outbox.delivery.ping import ping as send_ping
 
     settings = worker_settings(overrides, "ping")
-    return asyncio.run(send_ping(settings, endpoint, secrets))
+    return asyncio.run(send_ping(settings, endpoint, secrets, credentials=credentials))

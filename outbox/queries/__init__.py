@@ -26,6 +26,7 @@ from outbox.queries.emit import (
     WAKE_KEY,
 )
 from outbox.queries.endpoints import (
+    ENDPOINT_CREDENTIALS,
     ENDPOINT_GET,
     ENDPOINT_INSERT,
     ENDPOINT_LIST,
@@ -102,6 +103,7 @@ __all__ = [
     "EMIT_ONE_IDEMPOTENT",
     "EMIT_ONE_IDEMPOTENT_WAKE",
     "EMIT_ONE_WAKE",
+    "ENDPOINT_CREDENTIALS",
     "ENDPOINT_GET",
     "ENDPOINT_INSERT",
     "ENDPOINT_LIST",

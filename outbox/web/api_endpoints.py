@@ -116,5 +116,7 @@ def ping_endpoint(endpoint_id: str, conn: Conn, settings: AppSettings) -> dict[s
     endpoint = ep.get(conn, endpoint_id, schema=settings.schema_name)
     secrets = ep.signing_secrets(conn, endpoint.id, schema=settings.schema_name,
                                  box=settings.secret_box())
-    result = worker_seam.ping(settings, endpoint, secrets)
+    credentials = ep.url_credentials(conn, endpoint.id, schema=settings.schema_name,
+                                     box=settings.secret_box())
+    result = worker_seam.ping(settings, endpoint, secrets, credentials)
     return {"ping": {**plain(result), "ok": result.ok}}

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from outbox.delivery.ping import PingResult
 
 
-def ping(settings: Settings, endpoint: Endpoint, secrets: Sequence[str]) -> PingResult:
+def ping(settings: Settings, endpoint: Endpoint, secrets: Sequence[str],
+         credentials: str | None = None) -> PingResult:
     """One ping through the worker's sender (:func:`outbox.delivery.ping.ping`): the
     worker's settings from the environment, with this app's database, schema and
     ``allow_networks`` on top. Never raises for a network or HTTP failure."""
@@ -41,4 +42,4 @@ def ping(settings: Settings, endpoint: Endpoint, secrets: Sequence[str]) -> Ping
     except ValidationError as exc:
         first = exc.errors()[0]
         raise ConfigurationError(f"invalid worker setting {first['loc']}: {first['msg']}") from None
-    return asyncio.run(send_ping(worker, endpoint, secrets))
+    return asyncio.run(send_ping(worker, endpoint, secrets, credentials=credentials))
