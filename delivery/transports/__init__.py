@@ -11,8 +11,11 @@ alike. Guarantees of :meth:`Brokers.send`:
   entry id). Anything else is a failed attempt, never an exception (as ``send``).
 - One publisher (connection and channel) per process per destination (URL plus
   credentials), opened on first use and shared by concurrent deliveries. A publisher
-  found broken is closed and reopened by the next delivery, after a jittered backoff
-  (0.1 s doubling to 10 s) counted from the failures since the last acceptance.
+  found broken is closed and reopened by the next delivery, but not before a jittered
+  backoff (0.1 s doubling to 10 s, counted from the failures since the last acceptance):
+  a delivery during the backoff fails at once with the last connect error, so a broker
+  that is down or refuses the login costs one connect attempt per backoff window, not
+  one per delivery, and holds no worker slot.
 - The SSRF guard applies as for HTTP: the host is resolved and every address checked
   (``OUTBOX_ALLOW_NETWORKS``) before each connect, and the connection goes to the
   checked address (TLS schemes connect by name, for SNI and the certificate check, right
@@ -73,6 +76,7 @@ class Link:
         self._lock = asyncio.Lock()
         self._failures = 0  # since the last acceptance: sets the reconnect backoff
         self._retry_at = 0.0
+        self._last_error: BrokerFailure | None = None  # of the last connect
 
     async def publish(self, message: Message, timeout: float) -> str:
         publisher = self._publisher
@@ -80,9 +84,10 @@ class Link:
             publisher = await self._connect(timeout)
         try:
             receipt = await publisher.publish(message)
-        except BaseException:
+        except BaseException as exc:
             self._failed()
             if not publisher.is_open():
+                self._last_error = exc if isinstance(exc, BrokerFailure) else None
                 await self._drop(publisher)
             raise
         self._failures = 0
@@ -108,14 +113,23 @@ class Link:
                 await self._drop(current)
             wait = self._retry_at - time.monotonic()
             if wait > 0:
-                await asyncio.sleep(wait)
+                last = self._last_error
+                detail = f"{last}; " if last is not None else ""
+                raise BrokerFailure(last.error_class if last else "broker_connect",
+                                    f"{detail}reconnecting in {wait:.1f}s")
             opener = _opener(self.target.family)
             try:
                 address = await self._pin()
                 self._publisher = await opener(self.target, address, timeout)
+            except BrokerFailure as exc:
+                self._failed()
+                self._last_error = exc
+                raise
             except BaseException:
                 self._failed()
+                self._last_error = None
                 raise
+            self._last_error = None
             return self._publisher
 
     async def _pin(self) -> str:

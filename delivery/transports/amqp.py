@@ -35,6 +35,12 @@ class AmqpPublisher:
         self._exchange = exchange
         self._routing_key = target.options.get("routing_key")
         self._name = target.options.get("exchange", "")
+        self._closed_by: str | None = None  # why the broker closed the channel
+        channel.close_callbacks.add(self._on_close)
+
+    def _on_close(self, _channel: object, exc: BaseException | None) -> None:
+        if exc is not None and self._closed_by is None:
+            self._closed_by = _reason(exc)
 
     def is_open(self) -> bool:
         return not (self._connection.is_closed or self._channel.is_closed)
@@ -56,7 +62,12 @@ class AmqpPublisher:
         except aiormq.exceptions.DeliveryError as exc:  # nack
             raise BrokerFailure("broker_refused", f"nacked by the broker: {exc}") from None
         except aiormq.exceptions.ChannelClosed as exc:
+            self._closed_by = self._closed_by or _reason(exc)
             raise BrokerFailure("broker_refused", f"channel closed: {_reason(exc)}") from None
+        except aiormq.exceptions.ChannelInvalidStateError:  # closed under a concurrent publish
+            raise BrokerFailure("broker_refused" if self._closed_by else "broker_connect",
+                                f"channel closed: {self._closed_by or 'while publishing'}"
+                                ) from None
         return f"confirmed by {self._name or '(default exchange)'} as {routing_key}"
 
     async def close(self) -> None:
