@@ -11,6 +11,7 @@ import pytest
 from outbox import endpoints as ep
 from outbox.errors import InvalidEndpoint
 from outbox.secretbox import SecretBox, generate_key
+from outbox.secrets_at_rest import reencrypt
 from outbox.ssrf import parse_networks
 from tests.support import brokers as b
 from tests.support.cli import execute, invoke
@@ -132,3 +133,15 @@ def test_cli_ping_of_a_refusing_broker_exits_1_with_the_reason(db_url: str) -> N
     done = invoke(db_url, "endpoints", "ping", eid, env=LOOPBACK)
     assert done.exit_code == 1
     assert "no JetStream stream takes subject" in done.output
+
+
+def test_reencrypt_reseals_broker_credentials(db_url: str) -> None:
+    old, new = generate_key(), generate_key()
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        eid = ep.add(conn, "nats://app:pw-123@127.0.0.1?subject=a", schema=SCHEMA,
+                     box=SecretBox(old)).endpoint.id
+        assert reencrypt(conn, schema=SCHEMA, box=SecretBox(f"{new},{old}")) == 1
+    ((sealed,),) = execute(db_url, f"SELECT url_credentials FROM {SCHEMA}.endpoints")
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert ep.url_credentials(conn, eid, schema=SCHEMA, box=SecretBox(new)) == "app:pw-123"
+    assert sealed.startswith("enc:v1:") and "pw-123" not in sealed

@@ -7,11 +7,17 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import socket
+import subprocess
 import time
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import nats
 import pytest
+import redis.asyncio
 from standardwebhooks import Webhook
 
 from outbox.delivery.jobs import Job
@@ -22,6 +28,7 @@ from outbox.delivery.sender import Transport
 from outbox.destinations import split_credentials
 from outbox.ssrf import parse_networks
 from tests.support import brokers as b
+from tests.support.net import free_port
 from tests.support.workers import SECRET, settings
 
 LOOPBACK = GuardedResolver(parse_networks("127.0.0.0/8"))
@@ -188,8 +195,6 @@ def test_redis_refusals_wrong_type_and_unknown_user() -> None:
         await client.set(key, "not a stream", ex=60)
         await client.aclose()
 
-    import redis.asyncio
-
     b.run(setup())
     wrong, login = send(job(f"redis://127.0.0.1/0?stream={key}"),
                         job(f"redis://nobody:sesame-xyz@127.0.0.1/0?stream={b.unique('s')}"))
@@ -220,3 +225,72 @@ def test_the_ssrf_guard_refuses_localhost_names(url: str) -> None:
 def test_a_broker_that_is_down_is_a_retry(url: str) -> None:
     (result,) = send(job(url))
     assert (result.verdict, result.error_class) == (Verdict.RETRY, "broker_connect"), result
+
+
+@pytest.fixture
+def nats_with_login(tmp_path: Path) -> Iterator[int]:
+    """A second, real nats-server with JetStream that requires app/sesame, on a free port."""
+    port = free_port()
+    proc = subprocess.Popen(["/usr/sbin/nats-server", "-a", "127.0.0.1", "-p", str(port), "-js",
+                             "-sd", str(tmp_path), "--user", "app", "--pass", "sesame-nats"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None, "no nats-server"
+                time.sleep(0.1)
+        yield port
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_nats_login_refused_then_accepted(nats_with_login: int) -> None:
+    port = nats_with_login
+
+    async def stream() -> None:
+        nc = await nats.connect(f"nats://app:sesame-nats@127.0.0.1:{port}")
+        await nc.jetstream().add_stream(name="AUTH", subjects=["auth.>"])
+        await nc.close()
+
+    b.run(stream())
+    wrong, right = send(job(f"nats://app:wrong-nats-pass@127.0.0.1:{port}?subject=auth.x"),
+                        job(f"nats://app:sesame-nats@127.0.0.1:{port}?subject=auth.x"))
+    assert (wrong.verdict, wrong.error_class) == (Verdict.RETRY, "broker_auth"), wrong
+    assert "wrong-nats-pass" not in (wrong.error or "")
+    assert right.verdict is Verdict.DELIVERED and right.response_excerpt == "stream AUTH seq 1"
+
+
+def test_redis_connection_killed_by_the_server_is_reopened() -> None:
+    b.require("redis")
+    stream = b.unique("s")
+    url = f"redis://127.0.0.1/0?stream={stream}"
+
+    async def scenario() -> list[AttemptResult]:
+        transport = Transport(resolver=LOOPBACK)
+        try:
+            results = await _send(job(url), transport=transport)
+            publisher = transport.brokers.link(url, None)._publisher
+            assert publisher is not None
+            own_id = await publisher._client.client_id()  # type: ignore[attr-defined]
+            admin = redis.asyncio.Redis.from_url(b.REDIS_URL)
+            await admin.client_kill_filter(_id=own_id)
+            await admin.aclose()
+            for _ in range(3):  # a failed attempt at most, then a new connection
+                results += await _send(job(url), transport=transport)
+                await asyncio.sleep(0.25)
+            return results
+        finally:
+            await transport.aclose()
+
+    results = b.run(scenario())
+    assert results[0].verdict is Verdict.DELIVERED and results[-1].verdict is Verdict.DELIVERED
+    assert sum(r.verdict is not Verdict.DELIVERED for r in results) <= 1, results
+    failed = [r for r in results if r.verdict is not Verdict.DELIVERED]
+    assert all(r.verdict is Verdict.RETRY for r in failed)
+    assert len(b.run(b.redis_drain(stream))) == sum(
+        r.verdict is Verdict.DELIVERED for r in results)
