@@ -125,6 +125,10 @@ def test_cli_ping_publishes_to_each_broker(db_url: str) -> None:
            b.run(b.redis_drain(rstream))]
     assert [[g.id for g in msgs] for msgs in got] == [[p["webhook_id"]] for p in pings]
     assert all(json.loads(msgs[0].body)["type"] == "outbox.ping" for msgs in got)
+    text = invoke(db_url, "endpoints", "ping", ids[2], env=LOOPBACK)
+    assert text.exit_code == 0 and ": accepted in " in text.stdout
+    assert f"response:   stream {rstream} entry " in text.stdout
+    assert len(b.run(b.redis_drain(rstream))) == 1
 
 
 def test_cli_ping_of_a_refusing_broker_exits_1_with_the_reason(db_url: str) -> None:
