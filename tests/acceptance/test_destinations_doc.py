@@ -45,6 +45,18 @@ def _names(title: str) -> dict[str, str]:
     return {'"orders"': f'"{stream}"', "stream=orders&": f"stream={stream}&"}
 
 
+def _clean(title: str, names: dict[str, str]) -> None:
+    """Delete what the snippets declared (durable: it would outlive the test)."""
+    quoted = [v.strip('"') for k, v in names.items() if k.startswith('"')]
+    if title == "RabbitMQ":
+        b.run(b.amqp_drain(quoted[0]))
+        b.run(b.amqp_delete_exchange(quoted[1]))
+    elif title == "NATS JetStream":
+        b.run(b.nats_drain(quoted[0]))
+    else:
+        b.run(b.redis_drain(quoted[0]))
+
+
 def _lines(proc: subprocess.Popen[str]) -> queue.Queue[str]:
     out: queue.Queue[str] = queue.Queue()
 
@@ -72,7 +84,8 @@ def _until(lines: queue.Queue[str], done: set[str], timeout: float) -> list[str]
 def test_register_and_consume_snippets(db_url: str, tmp_path: Path, title: str) -> None:
     b.require()
     sh, py = _section(title)
-    for old, new in _names(title).items():
+    names = _names(title)
+    for old, new in names.items():
         assert old in sh + py, f"{title}: the page no longer says {old}"
         sh, py = sh.replace(old, new), py.replace(old, new)
     bin_dir = str(Path(sys.executable).parent)
@@ -96,3 +109,4 @@ def test_register_and_consume_snippets(db_url: str, tmp_path: Path, title: str) 
     finally:
         consumer.kill()
         consumer.wait(10)
+        _clean(title, names)
