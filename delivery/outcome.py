@@ -9,6 +9,11 @@ Status classification (DESIGN.md "Outcomes")::
     other 4xx                  DEAD     error_class "http_status"
     <200 or >599               RETRY    error_class "unexpected_status"
 
+A broker delivery (:mod:`outbox.delivery.transports`) has no status: it is DELIVERED
+(:func:`delivered`) once the broker accepted the message, else its failure goes through
+:func:`classify_attempt` like an HTTP exchange that got no status line: a
+:class:`BrokerFailure` keeps its ``error_class`` (RETRY), the SSRF guard's refusal is DEAD.
+
 A final status outside 200-599 is a broken receiver, not a refusal, so it is retried
 (``max_attempts`` bounds the cost). The HTTP client (aiohttp) consumes interim 1xx
 responses itself; a 1xx reaching us is such a protocol anomaly.
@@ -257,6 +262,7 @@ def classify_exception(exc: BaseException, duration_ms: float) -> AttemptResult:
         └── ProxyError, UnsupportedProtocol     "transport"
         DecodingError                           "decoding"
         ssrf.ResolutionFailed                   "dns"
+        BrokerFailure                           its error_class ("broker_auth"...)
 
     The worker's sender (:mod:`outbox.delivery.sender`) raises aiohttp's own errors;
     an aiohttp error anywhere in the cause chain (also under an httpx wrapper such as
