@@ -30,6 +30,7 @@ class Job:
     timeout_seconds: float | None
     max_in_flight: int | None = None
     traceparent: str | None = None  # W3C trace context of the emitting span
+    credentials: str | None = None  # a broker URL's user:pass, opened (never logged)
 
     @property
     def webhook_id(self) -> str:

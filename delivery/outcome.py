@@ -9,6 +9,11 @@ Status classification::
     other 4xx                  DEAD     error_class "http_status"
     <200 or >599               RETRY    error_class "unexpected_status"
 
+A broker delivery (:mod:`outbox.delivery.transports`) has no status: it is DELIVERED
+(:func:`delivered`) once the broker accepted the message, else its failure goes through
+:func:`classify_attempt` like an HTTP exchange that got no status line: a
+:class:`BrokerFailure` keeps its ``error_class`` (RETRY), the SSRF guard's refusal is DEAD.
+
 A final status outside 200-599 is a broken receiver, not a refusal, so it is retried
 (``max_attempts`` bounds the cost). The HTTP client (aiohttp) consumes interim 1xx
 responses itself; a 1xx reaching us is such a protocol anomaly.
@@ -63,6 +68,25 @@ class AttemptResult:
     error: str | None
     response_excerpt: str | None
     retry_after_seconds: float | None
+
+
+class BrokerFailure(Exception):
+    """A broker did not take a message: ``error_class`` is ``broker_auth`` (credentials
+    refused), ``broker_refused`` (no such exchange or stream, a nack, an unroutable
+    message, a wrong key type), ``broker_connect`` (no connection) or ``broker_client``
+    (the client library is not installed). A RETRY like any transport failure:
+    ``max_attempts`` then dead-letters it, and a replay after the fix delivers."""
+
+    def __init__(self, error_class: str, message: str) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+
+
+def delivered(duration_ms: float, receipt: str | None) -> AttemptResult:
+    """A clean delivery without an HTTP status (a broker's acceptance, ``receipt``)."""
+    return AttemptResult(verdict=Verdict.DELIVERED, status_code=None, duration_ms=duration_ms,
+                         error_class=None, error=None, response_excerpt=receipt,
+                         retry_after_seconds=None)
 
 
 _RETRY_STATUSES = frozenset({408, 425, 429})
@@ -203,6 +227,8 @@ def _httpx_class(exc: BaseException, seconds: float) -> tuple[str, str] | None:
 
 def _exception_class(exc: BaseException, seconds: float) -> tuple[str, str]:
     name = type(exc).__name__
+    if isinstance(exc, BrokerFailure):
+        return exc.error_class, str(exc)
     via_aiohttp = _aiohttp_class(exc)
     if via_aiohttp == "timeout":
         return "timeout", f"timeout after {seconds:.1f}s"
@@ -236,6 +262,7 @@ def classify_exception(exc: BaseException, duration_ms: float) -> AttemptResult:
         └── ProxyError, UnsupportedProtocol     "transport"
         DecodingError                           "decoding"
         ssrf.ResolutionFailed                   "dns"
+        BrokerFailure                           its error_class ("broker_auth"...)
 
     The worker's sender (:mod:`outbox.delivery.sender`) raises aiohttp's own errors;
     an aiohttp error anywhere in the cause chain (also under an httpx wrapper such as

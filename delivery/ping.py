@@ -52,9 +52,11 @@ class PingResult:
         return self.verdict is Verdict.DELIVERED
 
 
-def ping_job(endpoint: Endpoint, secrets: Sequence[str], now: dt.datetime) -> Job:
+def ping_job(endpoint: Endpoint, secrets: Sequence[str], now: dt.datetime,
+             credentials: str | None = None) -> Job:
     """The one-attempt job for a ping of ``endpoint`` at ``now``, signed by ``secrets``
-    (current first, then the previous one while its grace runs)."""
+    (current first, then the previous one while its grace runs); ``credentials``: a broker
+    URL's (``outbox.endpoints.url_credentials``)."""
     if not secrets:
         raise InvalidEndpoint(f"endpoint {endpoint.id} has no signing secret")
     body = json.dumps({"type": PING_TYPE, "timestamp": now.isoformat(timespec="seconds"),
@@ -65,16 +67,18 @@ def ping_job(endpoint: Endpoint, secrets: Sequence[str], now: dt.datetime) -> Jo
         enabled=endpoint.enabled, secret=secrets[0],
         previous_secret=secrets[1] if len(secrets) > 1 else None, headers=endpoint.headers,
         max_attempts=1, retry_base_seconds=None, retry_cap_seconds=None,
-        timeout_seconds=endpoint.timeout_seconds,
+        timeout_seconds=endpoint.timeout_seconds, credentials=credentials,
     )
 
 
 async def ping(settings: WorkerSettings, endpoint: Endpoint, secrets: Sequence[str], *,
-               transport: Transport | None = None) -> PingResult:
+               transport: Transport | None = None, credentials: str | None = None
+               ) -> PingResult:
     """Send one ping to ``endpoint`` (see module guarantees); ``transport`` defaults to a
-    fresh worker transport, closed afterwards (a given one is left open)."""
+    fresh worker transport, closed afterwards (a given one is left open). A broker
+    endpoint (``credentials``: its URL's) gets one published ``outbox.ping`` message."""
     now = dt.datetime.now(dt.UTC)
-    job = ping_job(endpoint, secrets, now)
+    job = ping_job(endpoint, secrets, now, credentials)
     if transport is None:
         async with make_worker_transport(settings) as own:
             result = await send_job(own, job, settings, timestamp=int(now.timestamp()))

@@ -1,17 +1,21 @@
-"""The HTTP request for one delivery: body bytes, signed headers, timeouts, and the send.
+"""The request for one delivery: body bytes, signed headers, timeouts, and the send.
 
 :func:`send_job` is the one way a request leaves for an endpoint: the worker's delivery
 loop and ``outbox endpoints ping`` both call it, so they sign, time out and classify alike.
+The endpoint URL's scheme chooses the transport: http(s) is a POST (:mod:`.sender`), a
+broker scheme a publish of the same signed bytes and headers (:mod:`.transports`).
 """
 
 from __future__ import annotations
 
 import functools
 
+from outbox._destinations import is_broker
 from outbox.delivery.jobs import Job
 from outbox.delivery.outcome import AttemptResult
 from outbox.delivery.sender import PhaseTimeouts, Transport, send
 from outbox.delivery.settings import WorkerSettings
+from outbox.delivery.transports import to_message
 from outbox.signing import webhook_headers
 
 
@@ -33,6 +37,9 @@ def build_headers(job: Job, body: bytes, *, user_agent: str, timestamp: int) -> 
     return headers
 
 
+_HTTP = ("http:", "https:")
+
+
 @functools.lru_cache(maxsize=64)
 def _timeouts(connect: float) -> PhaseTimeouts:
     return PhaseTimeouts(connect=connect)
@@ -47,11 +54,16 @@ async def send_job(transport: Transport, job: Job, settings: WorkerSettings,
     lease (:meth:`WorkerSettings.endpoint_timeout`); connecting gets at most
     ``connect_timeout_seconds`` of it (reads are bounded by the total alone); at most
     ``response_body_cap`` bytes of the answer are kept. Never raises for a network or HTTP
-    failure (see :func:`~.sender.send`).
+    failure (see :func:`~.sender.send`). A broker URL is published to through
+    ``transport.brokers`` instead, under the same total timeout.
     """
     body = job.payload.encode()
     headers = build_headers(job, body, user_agent=settings.user_agent, timestamp=timestamp)
     total = settings.endpoint_timeout(job.timeout_seconds)
+    if not job.url.startswith(_HTTP) and is_broker(job.url):
+        return await transport.brokers.send(job.url, job.credentials,
+                                            to_message(job, body, headers, timestamp),
+                                            total_timeout=total)
     timeout = _timeouts(min(total, settings.connect_timeout_seconds))
     return await send(transport, job.url, body, headers, timeout=timeout, total_timeout=total,
                       body_cap=settings.response_body_cap)

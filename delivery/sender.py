@@ -53,6 +53,7 @@ from yarl import URL
 
 from outbox.delivery.outcome import AttemptResult, classify_attempt
 from outbox.delivery.pinning import GuardedResolver
+from outbox.delivery.transports import Brokers
 
 DEFAULT_BODY_CAP = 16384
 _NO_HEADERS: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict())
@@ -200,7 +201,9 @@ class Transport:
     private CA, for internal receivers).
 
     The session is made on first use, inside the running loop; ``async with`` (or
-    :meth:`aclose`) closes it and its connections.
+    :meth:`aclose`) closes it and its connections, and the broker connections of
+    :attr:`brokers` (the destinations whose URL is not http(s):
+    :mod:`outbox.delivery.transports`, guarded by the same resolver).
     """
 
     def __init__(self, *, max_connections: int = 100,
@@ -210,6 +213,7 @@ class Transport:
         self._session: aiohttp.ClientSession | None = None
         self._urls: dict[str, URL] = {}
         self.deadlines = Deadlines()
+        self.brokers = Brokers(resolver)
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -254,6 +258,7 @@ class Transport:
 
     async def aclose(self) -> None:
         self.deadlines.close()
+        await self.brokers.aclose()
         if self._session is not None:
             await self._session.close()
             self._session = None

@@ -32,6 +32,7 @@ T = TypeVar("T")
 _JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
 _SECRET = _JOB_FIELDS.index("secret")  # previous_secret follows it
 assert _JOB_FIELDS[_SECRET + 1] == "previous_secret"
+_CREDENTIALS = _JOB_FIELDS.index("credentials")
 
 
 class Backlog(NamedTuple):
@@ -74,6 +75,8 @@ def job_row(box: SecretBox) -> AsyncRowFactory[Job]:
             v[_SECRET] = open_(v[_SECRET])
             previous = v[_SECRET + 1]
             v[_SECRET + 1] = open_(previous) if previous else None
+            if v[_CREDENTIALS] is not None:
+                v[_CREDENTIALS] = open_(v[_CREDENTIALS])
             return Job(*v)
 
         return make

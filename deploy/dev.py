@@ -11,7 +11,9 @@
 It creates ./.venv on first use and reinstalls the project (with its dev extra) whenever
 pyproject.toml changes; `test` also installs the Debian tools the deploy/ tests run
 (promtool, systemd-analyze) and the browser tests drive (chromium, chromedriver) when they
-are missing and apt-get is there. Extra arguments go to the underlying command.
+are missing and apt-get is there, and starts the brokers the broker-destination tests
+publish to (RabbitMQ, NATS JetStream, Redis) unless they are already listening.
+Extra arguments go to the underlying command.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import time
 import venv
 from pathlib import Path
 
@@ -52,7 +56,54 @@ TEST_TOOLS = {
     "systemd-analyze": "systemd",
     "chromium": "chromium",  # tests/web/test_browser.py (headless, driven by Selenium)
     "chromedriver": "chromium-driver",
+    # tests/support/brokers.py: the real brokers of the broker-destination tests
+    "rabbitmq-server": "rabbitmq-server",
+    "redis-server": "redis-server",
+    "nats-server": "nats-server",
 }
+
+# port -> (directories it needs, the command that starts it in the background)
+BROKERS = {
+    5672: ((), ["rabbitmq-server", "-detached"]),
+    6379: (("/var/lib/redis", "/var/log/redis"),
+           ["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "-::1", "--port",
+            "6379", "--save", "", "--appendonly", "no", "--dir", "/var/lib/redis",
+            "--logfile", "/var/log/redis/ci.log"]),
+    4222: (("/var/lib/nats-server",),
+           ["start-stop-daemon", "--start", "--oknodo", "--background", "--exec",
+            "/usr/sbin/nats-server", "--", "-a", "127.0.0.1", "-p", "4222", "-js", "-sd",
+            "/var/lib/nats-server", "-l", "/var/log/nats-server.log"]),
+}
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+def ensure_brokers(timeout: float = 90.0) -> None:
+    """Start each broker of BROKERS that is not listening on 127.0.0.1, and wait for it
+    (RabbitMQ takes a few seconds). One that still does not listen makes its tests fail."""
+    started = []
+    for port, (dirs, command) in BROKERS.items():
+        if _listening(port):
+            continue
+        program = command[0] if command[0] != "start-stop-daemon" else command[5]
+        if shutil.which(program) is None and not os.path.exists(program):
+            continue  # not installed: ensure_test_tools said so; its tests fail
+        for path in dirs:
+            os.makedirs(path, exist_ok=True)
+        print(f"starting {' '.join(command[:1] if port != 4222 else command[5:6])}"
+              f" for the tests (port {port})", file=sys.stderr)
+        subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        started.append(port)
+    deadline = time.monotonic() + timeout
+    while started and time.monotonic() < deadline:
+        started = [port for port in started if not _listening(port)]
+        time.sleep(0.5)
 
 
 def ensure_test_tools() -> None:
@@ -113,6 +164,7 @@ def main() -> int:
         return docs(rest)
     if command == "test":
         ensure_test_tools()
+        ensure_brokers()
         if "--fast" in rest:
             rest = fast(rest)
         return run(str(BIN / "python"), "-m", "pytest", *rest)

@@ -132,13 +132,13 @@ def demo_runner() -> Callable[[str, str, int], None]:
 
 
 def ping(overrides: Mapping[str, Any], endpoint: Endpoint,
-         secrets: Sequence[str]) -> PingResult:
+         secrets: Sequence[str], credentials: str | None = None) -> PingResult:
     """One ping through the worker's sender (:func:`outbox.delivery.ping.ping`), with the
     worker's settings from the environment and ``overrides`` on top (the API passes its
-    own database, schema and ``allow_networks``). Never raises for a network or HTTP
-    failure: the result says what happened."""
+    own database, schema and ``allow_networks``); ``credentials``: a broker URL's. Never
+    raises for a network or HTTP failure: the result says what happened."""
     _require("ping", "outbox.delivery.ping")
     from outbox.delivery.ping import ping as send_ping
 
     settings = worker_settings(overrides, "ping")
-    return asyncio.run(send_ping(settings, endpoint, secrets))
+    return asyncio.run(send_ping(settings, endpoint, secrets, credentials=credentials))

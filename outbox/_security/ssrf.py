@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol, TypeAlias
 from urllib.parse import urlsplit
 
+from outbox._destinations import DEFAULT_PORTS, redact_url
 from outbox.errors import InvalidEndpoint, OutboxError
 
 IPAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -247,11 +248,11 @@ def _first_allowed(host: str, addresses: list[IPAddress], allow: Sequence[IPNetw
 def _host_port(url: str) -> tuple[str, int]:
     try:
         parsed = urlsplit(url)
-        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        port = parsed.port or DEFAULT_PORTS.get(parsed.scheme, 0)
         host = (parsed.hostname or "").encode("idna").decode("ascii")
     except (ValueError, UnicodeError) as exc:
-        raise InvalidEndpoint(f"invalid URL {url!r}: {exc}") from exc
-    if parsed.scheme not in ("http", "https") or not host:
+        raise InvalidEndpoint(f"invalid URL {redact_url(url)!r}: {exc}") from exc
+    if parsed.scheme not in DEFAULT_PORTS or not host:  # http(s) and the broker schemes
         raise InvalidEndpoint(f"URL must be http:// or https:// with a host: {url!r}")
     return host, port
 

@@ -27,6 +27,7 @@ from psycopg.types.json import Jsonb
 
 from outbox._db import queries
 from outbox._db.connection import render, translated
+from outbox._destinations import BROKER_SCHEMES, is_broker, parse_broker_url, split_credentials
 from outbox._emit.event import new_id
 from outbox._security.secretbox import SecretBox
 from outbox._security.ssrf import (
@@ -120,8 +121,10 @@ class Rotated:
     secret: str
 
 
-def validate_url(url: str) -> str:
-    """``url`` if it is an absolute http(s) URL with a host and no credentials."""
+def validate_url(url: str, *, allow_brokers: bool = True) -> str:
+    """``url`` if it is an absolute http(s) URL with a host and no credentials, or (unless
+    not ``allow_brokers``) a broker URL :func:`~outbox._destinations.parse_broker_url`
+    accepts, credentials allowed."""
     if not isinstance(url, str) or not url.strip():
         raise InvalidEndpoint("endpoint URL is empty")
     if len(url) > URL_MAX_LENGTH:
@@ -133,9 +136,16 @@ def validate_url(url: str) -> str:
         port = parts.port
     except ValueError as exc:
         raise InvalidEndpoint(f"endpoint URL is malformed: {exc}") from exc
+    if parts.scheme.lower() in BROKER_SCHEMES:
+        if not allow_brokers:
+            raise InvalidEndpoint("endpoint URL must be http:// or https:// here (a"
+                                  f" {parts.scheme}:// destination is an operator's to register)")
+        parse_broker_url(url)
+        return url
     if parts.scheme not in ("http", "https"):
         raise InvalidEndpoint(
-            f"endpoint URL must be absolute http:// or https://, got {parts.scheme or 'none'!r}"
+            "endpoint URL must be absolute http:// or https:// (or amqp, amqps, nats, redis,"
+            f" rediss), got {parts.scheme or 'none'!r}"
         )
     if not parts.hostname:
         raise InvalidEndpoint("endpoint URL has no host")
@@ -225,6 +235,7 @@ def add(
     ordered: bool = False,
     allow_networks: Sequence[IPNetwork] | None = None,
     box: SecretBox | None = None,
+    allow_brokers: bool = True,
 ) -> Created:
     """Register an endpoint. Without ``secret`` one is generated and returned once.
 
@@ -237,11 +248,14 @@ def add(
     With ``allow_networks`` the URL also passes :func:`check_destination` first
     (``None``, the library default, skips that check; the CLI always passes it).
     The secret is stored sealed by ``box`` (default: ``OUTBOX_SECRET_KEY``'s).
+    A broker URL's credentials are sealed the same way and left out of the stored ``url``
+    (never shown again); ``allow_brokers=False`` (the portal) refuses broker URLs.
     """
-    validate_url(url)
+    validate_url(url, allow_brokers=allow_brokers)
+    stored_url, credentials = _split(url)
     params = {
         "id": new_id(),
-        "url": url,
+        "url": stored_url,
         "description": validate_text("description", description),
         "tenant": validate_scope(tenant, all_tenants),
         "all_tenants": bool(all_tenants),
@@ -258,12 +272,18 @@ def add(
     the_secret = generate_secret() if secret is None else secret
     decode_secret(the_secret)
     params["secret"] = _box(box).seal(the_secret)
-    warnings = () if allow_networks is None else check_destination(url, allow_networks)
+    params["url_credentials"] = _box(box).seal(credentials) if credentials else None
+    warnings = () if allow_networks is None else check_destination(stored_url, allow_networks)
     with translated(), conn.cursor(row_factory=_ENDPOINT_ROW) as cur:
         cur.execute(render(queries.ENDPOINT_INSERT, schema), params)
         row = cur.fetchone()
     assert row is not None
     return Created(row, the_secret if generated else None, warnings)
+
+
+def _split(url: str) -> tuple[str, str | None]:
+    """A broker URL without its credentials, and them; an HTTP URL as it is."""
+    return split_credentials(url) if is_broker(url) else (url, None)
 
 
 def _positive(name: str, value: float | None, upper: float | None = None) -> Any:
@@ -353,6 +373,8 @@ def update(
     timeout_seconds: float | None = None,
     ordered: bool | None = None,
     allow_networks: Sequence[IPNetwork] | None = None,
+    box: SecretBox | None = None,
+    allow_brokers: bool = True,
 ) -> Updated:
     """Change an endpoint in one statement; ``None`` leaves a field as it is.
 
@@ -363,14 +385,19 @@ def update(
     ``ordered`` applies to events emitted after the commit: turned on, a key's events
     emitted earlier are not ordered with the later ones; turned off, the deliveries already
     queued behind a key's head still go one at a time, in order.
+    A new broker ``url`` replaces the stored credentials with its own (none if it has none).
     """
     eid = parse_id(endpoint_id)
     if event_types and all_event_types:
         raise InvalidEndpoint("give event types or all_event_types, not both")
+    credentials: str | None = None
     if url is not None:
-        validate_url(url)
+        validate_url(url, allow_brokers=allow_brokers)
+        url, credentials = _split(url)
     params = {
-        "id": eid, "url": url, "description": validate_text("description", description),
+        "id": eid, "url": url,
+        "url_credentials": _box(box).seal(credentials) if credentials else None,
+        "description": validate_text("description", description),
         "set_types": bool(event_types) or all_event_types,
         "event_types": validate_filters(event_types),
         "headers": Jsonb(validate_headers(headers)), "clear_headers": clear_headers,
@@ -443,6 +470,21 @@ def signing_secrets(
     if row is None:
         raise EndpointNotFound(f"no endpoint {eid}")
     return [_box(box).open(str(s)) for s in row if s]
+
+
+def url_credentials(
+    conn: psycopg.Connection[Any], endpoint_id: str | uuid.UUID, *, schema: str,
+    box: SecretBox | None = None,
+) -> str | None:
+    """The opened ``user:pass`` of a broker endpoint's URL, None if it has none. For
+    connecting (``ping``) only: never display them."""
+    eid = parse_id(endpoint_id)
+    with translated(), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(render(queries.ENDPOINT_CREDENTIALS, schema), (eid,))
+        row = cur.fetchone()
+    if row is None:
+        raise EndpointNotFound(f"no endpoint {eid}")
+    return _box(box).open(str(row[0])) if row[0] else None
 
 
 def _box(box: SecretBox | None) -> SecretBox:

@@ -4,7 +4,8 @@ Guarantees of :func:`reencrypt`:
 
 - All endpoints or none: one transaction (a savepoint inside the caller's transaction),
   with every endpoint row locked for its duration.
-- Afterwards every stored secret (current and rotated-out) is sealed with the first key
+- Afterwards every stored secret (current and rotated-out, and a broker URL's
+  credentials) is sealed with the first key
   of the box; plain (never encrypted) secrets are encrypted.
 - Refused with :class:`~outbox.errors.ConfigurationError`, changing nothing, when the box
   has no key: it never decrypts stored secrets to plain text.
@@ -37,6 +38,7 @@ class _Stored:
     id: uuid.UUID
     secret: str
     previous_secret: str | None
+    url_credentials: str | None
 
 
 def reencrypt(conn: psycopg.Connection[Any], *, schema: str,
@@ -51,7 +53,7 @@ def reencrypt(conn: psycopg.Connection[Any], *, schema: str,
             rows = cur.execute(render(queries.ENDPOINT_SECRETS_FOR_UPDATE, schema)).fetchall()
         resealed = [
             (box.reseal(r.secret), box.reseal(r.previous_secret) if r.previous_secret else None,
-             r.id)
+             box.reseal(r.url_credentials) if r.url_credentials else None, r.id)
             for r in rows
         ]
         with conn.cursor() as cur:

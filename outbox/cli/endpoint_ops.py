@@ -128,11 +128,13 @@ def ping(ctx: Context, endpoint_id: str, as_json: bool) -> None:
     with ctx.connect() as conn:
         endpoint = ep.get(conn, endpoint_id, schema=ctx.schema)
         secrets = ep.signing_secrets(conn, endpoint.id, schema=ctx.schema)
-    result = worker_seam.ping(ctx.overrides, endpoint, secrets)
+        credentials = ep.url_credentials(conn, endpoint.id, schema=ctx.schema)
+    result = worker_seam.ping(ctx.overrides, endpoint, secrets, credentials)
     if as_json:
         echo_json(result)
     else:
-        click.echo(f"{endpoint.url}: {result.status or 'no answer'} in "
+        answer = result.status or ("accepted" if result.ok else "no answer")  # (a broker)
+        click.echo(f"{endpoint.url}: {answer} in "
                    f"{result.duration_ms:.0f} ms ({result.verdict})")
         click.echo(f"webhook-id: {result.webhook_id}")
         if result.error:

@@ -88,11 +88,16 @@ def add(ctx: Context, url: str, event_types: tuple[str, ...], tenant: str | None
     With --ordered, deliveries of events that share a key go out one at a time, in emit
     order; a dead one holds its key back until `outbox replay` or `outbox dead skip`.
 
+    URL may also be a message broker: amqp(s)://user:pass@host/vhost?exchange=X
+    (RabbitMQ), nats://host?subject=S (JetStream), redis(s)://host/0?stream=S&maxlen=N.
+    Credentials in it are stored sealed and never shown again.
+
     \b
     Examples:
       outbox endpoints add https://example.com/hooks --event-type invoice.paid \\
           --header "X-Team=billing"
       outbox endpoints add https://acme.example/hooks --tenant acme --event-type 'invoice.*'
+      outbox endpoints add 'amqp://app:secret@mq.internal/shop?exchange=orders'
     """
     parsed = parse_headers(headers)
     with ctx.connect() as conn:

@@ -118,5 +118,7 @@ def ping_endpoint(endpoint_id: str, conn: Conn, settings: AppSettings) -> dict[s
                                  box=settings.secret_box())
     own = {"database_url": settings.database_url, "schema_name": settings.schema_name,
            "allow_networks": settings.allow_networks}
-    result = worker_seam.ping(own, endpoint, secrets)
+    credentials = ep.url_credentials(conn, endpoint.id, schema=settings.schema_name,
+                                     box=settings.secret_box())
+    result = worker_seam.ping(own, endpoint, secrets, credentials)
     return {"ping": {**plain(result), "ok": result.ok}}

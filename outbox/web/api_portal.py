@@ -71,7 +71,7 @@ def create_endpoint(body: PortalEndpointIn, tenant: Tenant, conn: Conn,
     created = ep.add(conn, body.url, schema=settings.schema_name, event_types=body.event_types,
                      tenant=tenant, secret=body.secret, headers=body.headers,
                      description=body.description, allow_networks=portal_allow_networks(settings),
-                     box=settings.secret_box())
+                     box=settings.secret_box(), allow_brokers=False)
     response.headers["Cache-Control"] = "no-store"
     return {"endpoint": endpoint_json(created.endpoint), "secret": created.secret,
             "warnings": list(created.warnings)}
@@ -93,7 +93,8 @@ def update_endpoint(endpoint_id: str, body: PortalEndpointPatch, tenant: Tenant,
                      event_types=body.event_types or None,
                      all_event_types=body.all_event_types, headers=body.headers,
                      clear_headers=body.clear_headers, description=body.description,
-                     allow_networks=portal_allow_networks(settings) if body.url else None)
+                     allow_networks=portal_allow_networks(settings) if body.url else None,
+                     allow_brokers=False)
     return {"endpoint": endpoint_json(done.endpoint), "warnings": list(done.warnings)}
 
 

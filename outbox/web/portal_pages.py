@@ -111,7 +111,8 @@ def add(request: Request, page: Page, _: Posted, conn: Conn,
     try:
         created = ep.add(conn, url.strip(), schema=settings.schema_name, tenant=page["tenant"],
                          description=description.strip()[:500], event_types=_types(event_types),
-                         allow_networks=portal_allow_networks(settings), box=settings.secret_box())
+                         allow_networks=portal_allow_networks(settings), box=settings.secret_box(),
+                         allow_brokers=False)
     except BAD_INPUT as exc:
         form = {"url": url, "description": description, "event_types": event_types}
         return _home(request, page, conn, error=str(exc), form=form, status=400)
@@ -152,7 +153,8 @@ def save(request: Request, endpoint_id: str, page: Page, _: Posted, conn: Conn,
     try:
         ep.update(conn, endpoint.id, schema=settings.schema_name, url=url.strip(),
                   description=description.strip()[:500], event_types=types,
-                  all_event_types=types is None, allow_networks=portal_allow_networks(settings))
+                  all_event_types=types is None, allow_networks=portal_allow_networks(settings),
+                  allow_brokers=False)
     except BAD_INPUT as exc:
         form = {"url": url, "description": description, "event_types": event_types}
         return render(request, "portal_edit.html", {

@@ -30,6 +30,7 @@ from outbox._db.queries.emit import (
 )
 from outbox._db.queries.endpoints import (
     ENDPOINT_COLUMNS,
+    ENDPOINT_CREDENTIALS,
     ENDPOINT_GET,
     ENDPOINT_INSERT,
     ENDPOINT_LIST,
@@ -113,6 +114,7 @@ __all__ = [
     "EMIT_ONE_IDEMPOTENT_WAKE",
     "EMIT_ONE_WAKE",
     "ENDPOINT_COLUMNS",
+    "ENDPOINT_CREDENTIALS",
     "ENDPOINT_GET",
     "ENDPOINT_INSERT",
     "ENDPOINT_LIST",

@@ -14,11 +14,11 @@ ENDPOINT_INSERT = (
 INSERT INTO {schema}.endpoints
     (id, url, description, tenant, all_tenants, secret, event_types, headers,
      max_attempts, retry_base_seconds, retry_cap_seconds, timeout_seconds, max_in_flight,
-     ordered)
+     ordered, url_credentials)
 VALUES (%(id)s, %(url)s, %(description)s, %(tenant)s, %(all_tenants)s, %(secret)s,
         %(event_types)s, %(headers)s,
         %(max_attempts)s, %(retry_base_seconds)s, %(retry_cap_seconds)s,
-        %(timeout_seconds)s, %(max_in_flight)s, %(ordered)s)
+        %(timeout_seconds)s, %(max_in_flight)s, %(ordered)s, %(url_credentials)s)
 RETURNING"""
     + ENDPOINT_COLUMNS
 )
@@ -60,6 +60,8 @@ ENDPOINT_UPDATE = (
     """
 UPDATE {schema}.endpoints
    SET url = COALESCE(%(url)s::text, url),
+       url_credentials = CASE WHEN %(url)s::text IS NULL THEN url_credentials
+                              ELSE %(url_credentials)s::text END,
        description = COALESCE(%(description)s::text, description),
        event_types = CASE WHEN %(set_types)s THEN %(event_types)s::text[] ELSE event_types END,
        headers = CASE WHEN %(clear_headers)s THEN '{{}}'::jsonb ELSE headers END
@@ -97,9 +99,14 @@ SELECT secret, CASE WHEN previous_secret_expires_at > now() THEN previous_secret
   FROM {schema}.endpoints WHERE id = %s
 """
 
+# The sealed credentials of a broker URL (for `outbox endpoints ping`).
+ENDPOINT_CREDENTIALS = "SELECT url_credentials FROM {schema}.endpoints WHERE id = %s"
+
 ENDPOINT_SECRETS_FOR_UPDATE = """
-SELECT id, secret, previous_secret FROM {schema}.endpoints ORDER BY id FOR UPDATE
+SELECT id, secret, previous_secret, url_credentials FROM {schema}.endpoints
+ ORDER BY id FOR UPDATE
 """
 ENDPOINT_SET_SECRETS = """
-UPDATE {schema}.endpoints SET secret = %s, previous_secret = %s WHERE id = %s
+UPDATE {schema}.endpoints SET secret = %s, previous_secret = %s, url_credentials = %s
+ WHERE id = %s
 """
