@@ -10,6 +10,13 @@ always bound parameters (``%s`` / ``%(name)s``), never formatted into the text.
 
 from __future__ import annotations
 
+from outbox._db.queries.capture import (
+    CAPTURE_ADD_CALL,
+    CAPTURE_LIST,
+    CAPTURE_REMOVE,
+    CAPTURE_REMOVE_CALL,
+    CAPTURE_TABLE,
+)
 from outbox._db.queries.console import CONSOLE_LAST_HOUR
 from outbox._db.queries.emit import (
     COPY_DELIVERIES,
@@ -93,6 +100,11 @@ __all__ = [
     "ALL_TENANT_ENDPOINTS",
     "ATTEMPTS_OF",
     "BEGIN_TRANSACTION",
+    "CAPTURE_ADD_CALL",
+    "CAPTURE_LIST",
+    "CAPTURE_REMOVE",
+    "CAPTURE_REMOVE_CALL",
+    "CAPTURE_TABLE",
     "CONSOLE_LAST_HOUR",
     "COPY_DELIVERIES",
     "COPY_EVENTS",
