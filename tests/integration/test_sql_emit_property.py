@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import outbox
-from outbox import Event
+from outbox import Event, InvalidEvent
+from outbox._emit.event import prepare
 
 TYPES = ["a", "ab", "a.b", "a.b.c", "b", "b.a"]
 FILTERS = ["a", "a.b", "b", "a.*", "a.b.*", "b.*", "ab"]
@@ -67,3 +68,36 @@ def test_sql_and_python_emit_write_the_same_deliveries(
             assert _deliveries(c, sql_id) == expected, (t, tn, k)
             assert _deliveries(c, many_id) == expected, (t, tn, k)
         c.rollback()
+
+
+# Text PostgreSQL can hold (no NUL, no lone surrogate), biased towards the edges of the
+# rules: separators, control characters, spaces, non-ASCII, lengths around the caps.
+_chars = st.sampled_from(list("aZ09._:/-* \t\n\x1f\x7fé€")) | st.characters(
+    exclude_categories=["Cs"], exclude_characters="\x00")
+_text = st.text(_chars, max_size=6) | st.text(st.sampled_from("ab"), min_size=120,
+                                              max_size=260)
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(type_=_text, key=st.none() | _text, ikey=st.none() | _text, tenant=st.none() | _text)
+def test_sql_and_python_emit_refuse_the_same_events(
+        db_url: str, type_: str, key: str | None, ikey: str | None,
+        tenant: str | None) -> None:
+    try:
+        prepare(Event(type_, {}, key=key, idempotency_key=ikey, tenant=tenant), 1 << 20)
+        python_error = None
+    except InvalidEvent as exc:
+        python_error = str(exc)
+    with psycopg.connect(db_url) as c:
+        try:
+            c.execute("SELECT outbox.emit(%s, '{}', key => %s, idempotency_key => %s,"
+                      " tenant => %s)", (type_, key, ikey, tenant))
+            sql_error = None
+        except psycopg.errors.InvalidParameterValue as exc:
+            sql_error = exc.diag.message_primary
+        c.rollback()
+    assert (python_error is None) == (sql_error is None), (python_error, sql_error)
+    if python_error is not None and "lone surrogate" not in python_error:
+        assert sql_error is not None
+        assert sql_error.split(" ")[:2] == python_error.split(" ")[:2]
