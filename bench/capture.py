@@ -48,7 +48,7 @@ def _timed_update(url: str, columns: list[str] | None, capture_on: bool) -> tupl
                 capture.add(cur, "orders", type="order.changed", key="id", columns=columns,
                             schema=SCHEMA)
             else:
-                c.execute("DROP TRIGGER IF EXISTS outbox_capture ON orders")
+                c.execute(f"SELECT {SCHEMA}.capture_remove('orders')")
         c.execute(f"VACUUM {SCHEMA}.events, {SCHEMA}.deliveries")
     with psycopg.connect(url) as c:
         start = time.perf_counter()

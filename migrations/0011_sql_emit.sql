@@ -139,14 +139,17 @@ SELECT id FROM ins WHERE (SELECT count(*) FROM wake) >= 0 INTO v_got;
 END
 $emit$;
 
--- Table capture (outbox capture add; outbox/admin/capture.py): an AFTER ROW trigger named
--- "<schema>_capture" whose one argument is its configuration as JSON:
--- {"type", "key", "tenant", "columns", "on"} (key/tenant: a column name or null;
--- columns: the captured columns, or null for all). One event per changed row, emitted in
--- the writing statement's transaction: payload {"op", "table", "new", "old"} (new: null on
--- delete, old: null on insert), only the captured columns; an UPDATE that changes none of
--- them emits nothing. key and tenant: the column's value as text (NEW's, OLD's on delete).
--- A refused event (e.g. a payload over the cap) raises, and the writing statement fails.
+-- Table capture (outbox capture add; outbox/admin/capture.py): AFTER ROW triggers named
+-- "<schema>_capture" (insert, delete) and "<schema>_capture_update" whose one argument is
+-- the capture's configuration as JSON: {"type", "key", "tenant", "columns", "on"}
+-- (key/tenant: a column name or null; columns: the captured columns, or null for all).
+-- One event per changed row, emitted in the writing statement's transaction: payload
+-- {"op", "table", "new", "old"} (new: null on delete, old: null on insert), only the
+-- captured columns. An UPDATE that changes none of them emits nothing: the update
+-- trigger's WHEN compares the captured columns' text forms (no function call for an
+-- unchanged row), then capture_row compares their jsonb forms. key and tenant: the column's
+-- value as text (NEW's, OLD's on delete). A refused event (e.g. a payload over the cap)
+-- raises, and the writing statement fails.
 CREATE OR REPLACE FUNCTION capture_row() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
@@ -178,6 +181,23 @@ BEGIN
 END
 $$;
 
+-- Drop a table's capture triggers; whether it had any.
+CREATE OR REPLACE FUNCTION capture_remove(tbl regclass) RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    trg   text;
+    found boolean := false;
+BEGIN
+    FOR trg IN SELECT tgname FROM pg_trigger WHERE tgrelid = tbl
+                  AND tgname IN (current_schema() || '_capture',
+                                 current_schema() || '_capture_update') LOOP
+        EXECUTE format('DROP TRIGGER %I ON %s', trg, tbl);
+        found := true;
+    END LOOP;
+    RETURN found;
+END
+$$;
+
 -- Install (or replace) the capture of one table; checks everything first: an unknown
 -- table, column or operation, or a bad type, raises and installs nothing.
 CREATE OR REPLACE FUNCTION capture_add(tbl regclass, type text, key text DEFAULT NULL,
@@ -189,6 +209,8 @@ LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     missing text[];
     cfg     jsonb;
+    others  text;
+    changed text := 'OLD::text IS DISTINCT FROM NEW::text';
 BEGIN
     PERFORM check_event(type, NULL, NULL, NULL);
     IF (SELECT relkind FROM pg_class WHERE oid = tbl) NOT IN ('r', 'p') THEN
@@ -215,34 +237,38 @@ BEGIN
                               'columns', to_jsonb(columns),
                               'on', to_jsonb(ARRAY(SELECT DISTINCT o FROM unnest(ops) o
                                                     ORDER BY o)));
-    EXECUTE format('CREATE OR REPLACE TRIGGER %I AFTER %s ON %s FOR EACH ROW '
-                   'EXECUTE FUNCTION %I.capture_row(%L)', current_schema() || '_capture',
-                   (SELECT string_agg(upper(o), ' OR ') FROM unnest(ops) o), tbl,
-                   current_schema(), cfg::text);
+    PERFORM capture_remove(tbl);
+    others := (SELECT string_agg(upper(o), ' OR ') FROM unnest(ops) o WHERE o <> 'update');
+    IF others IS NOT NULL THEN
+        EXECUTE format('CREATE TRIGGER %I AFTER %s ON %s FOR EACH ROW '
+                       'EXECUTE FUNCTION %I.capture_row(%L)', current_schema() || '_capture',
+                       others, tbl, current_schema(), cfg::text);
+    END IF;
+    IF 'update' = ANY (ops) THEN
+        IF columns IS NOT NULL THEN
+            changed := format('ROW(%s)::text IS DISTINCT FROM ROW(%s)::text',
+                              (SELECT string_agg('OLD.' || quote_ident(c), ', ')
+                                 FROM unnest(columns) c),
+                              (SELECT string_agg('NEW.' || quote_ident(c), ', ')
+                                 FROM unnest(columns) c));
+        END IF;
+        EXECUTE format('CREATE TRIGGER %I AFTER UPDATE ON %s FOR EACH ROW WHEN (%s) '
+                       'EXECUTE FUNCTION %I.capture_row(%L)',
+                       current_schema() || '_capture_update', tbl, changed,
+                       current_schema(), cfg::text);
+    END IF;
     RETURN cfg::text;
 END
 $$;
 
--- Remove a table's capture; false if it had none.
-CREATE OR REPLACE FUNCTION capture_remove(tbl regclass) RETURNS boolean
-LANGUAGE plpgsql VOLATILE AS $$
-BEGIN
-    IF NOT EXISTS (SELECT FROM pg_trigger WHERE tgrelid = tbl
-                      AND tgname = current_schema() || '_capture') THEN
-        RETURN false;
-    END IF;
-    EXECUTE format('DROP TRIGGER %I ON %s', current_schema() || '_capture', tbl);
-    RETURN true;
-END
-$$;
-
--- The captured tables and their configuration.
+-- The captured tables and their configuration (one row per table).
 CREATE OR REPLACE VIEW captures AS
-SELECT t.tgrelid::regclass AS tbl,
+SELECT DISTINCT ON (t.tgrelid) t.tgrelid::regclass AS tbl,
        convert_from(substring(t.tgargs FROM 1 FOR length(t.tgargs) - 1), 'UTF8')::jsonb
            AS config
   FROM pg_trigger t
- WHERE t.tgfoid = 'capture_row'::regproc AND NOT t.tgisinternal;
+ WHERE t.tgfoid = 'capture_row'::regproc AND NOT t.tgisinternal
+ ORDER BY t.tgrelid, t.tgname;
 
 -- Fixed search_path: this schema, then pg_temp last (pg_catalog is searched first), on
 -- every function that names a table or another function of the schema.

@@ -10,7 +10,9 @@ so every route below runs the same code):
   write, and a rolled-back transaction or savepoint emits nothing. Payload:
   ``{"op": "insert"|"update"|"delete", "table": "schema.name", "new": {...}|null,
   "old": {...}|null}`` with only the captured columns (all when none are given), as
-  ``to_jsonb`` writes each value. An UPDATE that changes none of them emits nothing.
+  ``to_jsonb`` writes each value. An UPDATE that changes none of them emits nothing and
+  costs no function call (the update trigger's WHEN compares their text forms first).
+  A captured column cannot be dropped while the capture lists it.
 - ``key``/``tenant``: the named column's value as text (NEW's; OLD's on delete) becomes
   the event's ordering key/tenant (NULL: none). An event ``emit`` refuses (a key over 255
   characters, a payload over ``outbox.max_payload_bytes``) raises in the writer's

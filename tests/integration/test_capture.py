@@ -43,6 +43,7 @@ def test_insert_update_delete_with_columns_and_key(orders: str) -> None:
     execute(orders, "INSERT INTO orders VALUES (7, 'new', 9.5, 'n', 'acme')")
     execute(orders, "UPDATE orders SET status = 'paid' WHERE id = 7")
     execute(orders, "UPDATE orders SET note = 'not captured' WHERE id = 7")  # emits nothing
+    execute(orders, "UPDATE orders SET status = 'paid', total = 9.50 WHERE id = 7")  # same values
     execute(orders, "DELETE FROM orders WHERE id = 7")
     rows = _events(orders)
     assert [(t, k, tn) for t, _, k, tn in rows] == [("order.changed", "7", "acme")] * 3
@@ -64,6 +65,9 @@ def test_all_columns_and_chosen_operations(orders: str) -> None:
     execute(orders, "INSERT INTO orders VALUES (1, 'new', 1, NULL, NULL)")
     execute(orders, "UPDATE orders SET status = 'paid'")
     execute(orders, "DELETE FROM orders")
+    invoke(orders, "capture", "add", "orders", "--type", "order.changed", "--on", "update")
+    execute(orders, "INSERT INTO orders VALUES (2, 'new', 1, NULL, NULL)")
+    execute(orders, "UPDATE orders SET status = status, note = NULL")  # no value changes
     assert _payloads(orders) == [{"op": "insert", "table": "public.orders", "old": None,
                                   "new": {"id": 1, "status": "new", "total": 1, "note": None,
                                           "shop": None}}]
