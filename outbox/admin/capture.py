@@ -12,7 +12,8 @@ so every route below runs the same code):
   "old": {...}|null}`` with only the captured columns (all when none are given), as
   ``to_jsonb`` writes each value. An UPDATE that changes none of them emits nothing and
   costs no function call (the update trigger's WHEN compares their text forms first).
-  A captured column cannot be dropped while the capture lists it.
+  With updates captured, a listed column cannot be dropped (the trigger depends on it):
+  re-add or remove the capture first.
 - ``key``/``tenant``: the named column's value as text (NEW's; OLD's on delete) becomes
   the event's ordering key/tenant (NULL: none). An event ``emit`` refuses (a key over 255
   characters, a payload over ``outbox.max_payload_bytes``) raises in the writer's

@@ -54,6 +54,9 @@ def test_insert_update_delete_with_columns_and_key(orders: str) -> None:
         {"op": "update", "table": "public.orders", "new": paid, "old": new},
         {"op": "delete", "table": "public.orders", "new": None, "old": paid},
     ]
+    with pytest.raises(psycopg.errors.DependentObjectsStillExist):  # a captured column
+        execute(orders, "ALTER TABLE orders DROP COLUMN status")
+    execute(orders, "ALTER TABLE orders DROP COLUMN note")  # not captured
     # ordered endpoint, key 7: the three deliveries queue behind each other
     assert execute(orders, "SELECT key, state FROM outbox.deliveries ORDER BY id") == [
         ("7", "fresh")] * 3
