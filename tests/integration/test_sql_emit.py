@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from typing import Any
 
@@ -149,3 +151,32 @@ def test_ids_are_uuidv7_in_time_order(conn: psycopg.Connection[Any]) -> None:
     assert stamps == sorted(stamps)
     python_id = outbox.emit(conn, Event("x", {}))
     assert abs((python_id.int >> 80) - stamps[-1]) < 60_000  # same clock, milliseconds
+
+
+def test_concurrent_idempotent_emits_return_the_committed_id(db_url: str) -> None:
+    """B emits A's key while A's insert is uncommitted: B waits for A, then returns A's id
+    (a new statement snapshot sees A's commit) and writes nothing."""
+    result: list[uuid.UUID] = []
+    with psycopg.connect(db_url) as a, psycopg.connect(db_url) as b:
+        first = _emit(a, "x", "{}", idempotency_key="k", tenant="acme")
+        pid = b.info.backend_pid
+
+        def other() -> None:
+            result.append(_emit(b, "x", "{}", idempotency_key="k", tenant="acme"))
+            b.commit()
+
+        thread = threading.Thread(target=other)
+        thread.start()
+        with psycopg.connect(db_url, autocommit=True) as watch:
+            for _ in range(200):  # until B waits on A's transaction
+                row = watch.execute("SELECT wait_event_type FROM pg_stat_activity"
+                                    " WHERE pid = %s", (pid,)).fetchone()
+                if row and row[0] == "Lock":
+                    break
+                time.sleep(0.05)
+            else:
+                raise AssertionError("B never waited for A")
+        a.commit()
+        thread.join(30)
+    assert result == [first]
+    assert count(db_url, "events") == 1
