@@ -180,3 +180,20 @@ def test_concurrent_idempotent_emits_return_the_committed_id(db_url: str) -> Non
         thread.join(30)
     assert result == [first]
     assert count(db_url, "events") == 1
+
+
+def test_custom_schema_routes_and_wakes_in_its_own_schema(blank_db_url: str) -> None:
+    from outbox.admin.migrations import migrate
+
+    with psycopg.connect(blank_db_url, autocommit=True) as c:
+        migrate(c, "webhooks")
+        ep.add(c, "https://example.com/hook", schema="webhooks")
+        channel = c.execute(render(queries.WAKE_CHANNEL_NAME, "webhooks").encode()).fetchone()
+        assert channel is not None
+        c.execute(f'LISTEN "{channel[0]}"'.encode())
+        c.execute(f"SELECT pg_advisory_lock({render(queries.WAKE_KEY, 'webhooks')})".encode())
+        with psycopg.connect(blank_db_url) as w:
+            w.execute("SELECT webhooks.emit('x', '{}')")
+            w.commit()
+        assert [n.channel for n in c.notifies(timeout=5, stop_after=1)] == [channel[0]]
+        assert c.execute("SELECT count(*) FROM webhooks.deliveries").fetchone() == (1,)
