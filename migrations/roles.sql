@@ -8,7 +8,10 @@
 -- that ran `outbox migrate`) owns every table and alone can change the schema.
 --
 -- app:    emits. Inserts events and deliveries; reads only the endpoint columns the fan-out
---         needs (never secrets); reads back event ids for idempotency keys.
+--         needs (never secrets); reads back event ids for idempotency keys. Calls the SQL
+--         function emit (migrations/0011_sql_emit.sql): SECURITY DEFINER, search_path
+--         pinned, EXECUTE revoked from PUBLIC; a service that emits only from SQL needs
+--         nothing but USAGE on the schema and EXECUTE on emit (no table privilege).
 -- worker: delivers. Claims and completes deliveries, reads events and endpoints (secrets
 --         included: it signs), logs attempts, disables an endpoint on 410, prunes.
 
@@ -19,6 +22,7 @@ GRANT INSERT ON :"schema".events, :"schema".deliveries TO :"app_role";
 GRANT SELECT (id, type, tenant, key, idempotency_key) ON :"schema".events TO :"app_role";
 GRANT SELECT (id, tenant, all_tenants, enabled, event_types, ordered) ON :"schema".endpoints
     TO :"app_role";
+GRANT EXECUTE ON FUNCTION :"schema".emit(text, jsonb, text, text, text) TO :"app_role";
 
 -- worker
 GRANT SELECT, UPDATE, DELETE ON :"schema".deliveries TO :"worker_role";

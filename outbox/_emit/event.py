@@ -24,7 +24,7 @@ TYPE_MAX_LENGTH = 128
 KEY_MAX_LENGTH = 255
 TENANT_MAX_LENGTH = 128
 # Dotted names such as "invoice.paid" or "user:created"; no spaces or control characters.
-_TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/\-]*$")
+_TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/\-]*\Z")  # \Z: no trailing newline
 #: ``json_default``: encodes an application type outbox does not know (see :class:`Event`).
 JsonDefault = Callable[[Any], Any]
 

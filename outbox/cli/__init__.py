@@ -21,6 +21,7 @@ __all__ = ["cli", "load_commands", "main"]
 def load_commands() -> None:
     """Import every command module: each registers its commands on :data:`cli`."""
     from outbox.cli import (  # noqa: F401
+        capture,
         dead,
         demo,
         endpoint_ops,

@@ -37,11 +37,12 @@ import sqlalchemy.util
 from alembic.operations import Operations
 
 from outbox._db import queries
+from outbox.admin.capture import OPERATIONS, add_statement, remove_statement
 from outbox.admin.migrations import Cursor, Migration, apply_in_transaction, available
 from outbox.errors import ConfigurationError
 from outbox.settings import get_settings
 
-__all__ = ["upgrade"]
+__all__ = ["capture", "uncapture", "upgrade"]
 
 
 def upgrade(op: Operations | None = None, *, schema: str | None = None,
@@ -67,6 +68,38 @@ def upgrade(op: Operations | None = None, *, schema: str | None = None,
     scripts = {m.sql for m in available(inbox=inbox)}
     with contextlib.closing(_cursor(bind.connection, bind.dialect.driver, scripts)) as cursor:
         return apply_in_transaction(cursor, schema or get_settings().schema_name, inbox=inbox)
+
+
+def capture(table: str, *, type: str, key: str | None = None, tenant: str | None = None,
+            on: Sequence[str] = OPERATIONS, columns: Sequence[str] | None = None,
+            schema: str | None = None, op: Operations | None = None) -> None:
+    """Install (or replace) the capture of ``table`` in the running revision: ``op.execute``
+    of :func:`outbox.admin.capture.add_statement` (guarantees there), so it commits with the
+    revision; offline (``alembic upgrade --sql``) it is printed with the rest. Put it in a
+    revision after the one calling :func:`upgrade`::
+
+        def upgrade() -> None:
+            outbox_alembic.capture("orders", type="order.changed", key="id",
+                                   columns=["id", "status", "total"])
+
+        def downgrade() -> None:
+            outbox_alembic.uncapture("orders")
+    """
+    _op(op).execute(add_statement(table, type=type, key=key, tenant=tenant, on=on,
+                                  columns=columns, schema=schema or get_settings().schema_name))
+
+
+def uncapture(table: str, *, schema: str | None = None, op: Operations | None = None) -> None:
+    """Drop the capture of ``table`` in the running revision (none: nothing happens)."""
+    _op(op).execute(remove_statement(table, schema=schema or get_settings().schema_name))
+
+
+def _op(op: Operations | None) -> Operations:
+    if op is not None:
+        return op
+    from alembic import op as running_op
+
+    return running_op  # type: ignore[return-value]
 
 
 class _ClosingCursor(Cursor, Protocol):

@@ -16,7 +16,8 @@ from outbox.inbox import prune
 from tests.support.cli import execute, invoke
 from tests.support.pg import SCHEMA
 
-SENDER = {"endpoints", "events", "deliveries", "delivery_attempts", "schema_migrations"}
+SENDER = {"endpoints", "events", "deliveries", "delivery_attempts", "schema_migrations",
+          "captures"}
 INBOX = {"inbox", "inbox_migrations"}
 
 

@@ -20,6 +20,7 @@ LIMIT = 1024
         (Event("a" * 129, {}), "over 128"),
         (Event("invoice paid", {}), "malformed"),
         (Event("invoice\npaid", {}), "malformed"),
+        (Event("invoice.paid\n", {}), "malformed"),  # as the SQL emit refuses it
         (Event(".leading", {}), "malformed"),
         (Event("x", {1, 2}), "not JSON-serialisable"),
         (Event("x", {"when": object()}), "not JSON-serialisable"),

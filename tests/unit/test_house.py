@@ -72,6 +72,8 @@ PUBLIC: dict[str, set[str]] = {
     "outbox.admin.migrations": {"Cursor", "Migration", "apply_in_transaction", "available",
                                 "migrate", "script"},
     "outbox.admin.activity": {"Minute", "last_hour"},
+    "outbox.admin.capture": {"OPERATIONS", "Capture", "add", "add_statement", "list_captures",
+                             "remove", "remove_statement"},
     "outbox.cli": {"cli", "load_commands", "main"},
     "outbox.web": set(),
     "outbox.contrib.fastapi": set(),

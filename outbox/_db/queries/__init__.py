@@ -10,6 +10,13 @@ always bound parameters (``%s`` / ``%(name)s``), never formatted into the text.
 
 from __future__ import annotations
 
+from outbox._db.queries.capture import (
+    CAPTURE_ADD_CALL,
+    CAPTURE_LIST,
+    CAPTURE_REMOVE,
+    CAPTURE_REMOVE_CALL,
+    CAPTURE_TABLE,
+)
 from outbox._db.queries.console import CONSOLE_LAST_HOUR
 from outbox._db.queries.emit import (
     COPY_DELIVERIES,
@@ -23,6 +30,7 @@ from outbox._db.queries.emit import (
     EVENT_ID_BY_IDEMPOTENCY_KEY,
     PREPARED_STATEMENT,
     ROUTES,
+    SQL_EMIT_STATEMENT,
     WAKE,
     WAKE_CHANNEL,
     WAKE_CHANNEL_NAME,
@@ -94,6 +102,11 @@ __all__ = [
     "ALL_TENANT_ENDPOINTS",
     "ATTEMPTS_OF",
     "BEGIN_TRANSACTION",
+    "CAPTURE_ADD_CALL",
+    "CAPTURE_LIST",
+    "CAPTURE_REMOVE",
+    "CAPTURE_REMOVE_CALL",
+    "CAPTURE_TABLE",
     "CONSOLE_LAST_HOUR",
     "COPY_DELIVERIES",
     "COPY_EVENTS",
@@ -153,6 +166,7 @@ __all__ = [
     "ROUTES",
     "SET_SEARCH_PATH",
     "SHOW_SEARCH_PATH",
+    "SQL_EMIT_STATEMENT",
     "STATS_BY_ENDPOINT",
     "STATS_DUE",
     "STATS_TOP_TENANTS",

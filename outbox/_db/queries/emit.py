@@ -12,24 +12,28 @@ from __future__ import annotations
 # (tests/integration/test_routing_plan.py fails on a plan that scans endpoints).
 
 
-def _scope(t: str) -> str:
+# ``q``: how tables are qualified: "{schema}." here, "" in the SQL function outbox.emit
+# (its search_path is pinned to its schema).
+def _scope(t: str, q: str = "{schema}.") -> str:
     return f"""(
-            SELECT p.id, p.event_types, p.ordered FROM {{schema}}.endpoints p
+            SELECT p.id, p.event_types, p.ordered FROM {q}endpoints p
              WHERE p.tenant = {t} AND p.enabled
             UNION ALL
-            SELECT p.id, p.event_types, p.ordered FROM {{schema}}.endpoints p
+            SELECT p.id, p.event_types, p.ordered FROM {q}endpoints p
              WHERE {t} IS NULL AND p.tenant IS NULL AND p.enabled AND NOT p.all_tenants
             UNION ALL
-            SELECT p.id, p.event_types, p.ordered FROM {{schema}}.endpoints p
+            SELECT p.id, p.event_types, p.ordered FROM {q}endpoints p
              WHERE p.all_tenants AND p.enabled)"""
 
 
 # A filter is an exact type or a prefix pattern 'invoice.*' (stored as written; '*' alone
 # is stored as NULL, every type): outbox.admin._routing validates them at registration.
-def _takes(types: str, t: str) -> str:
+# ``pct``: the LIKE wildcard as written in the text: '%%' where the driver binds parameters,
+# '%' in the SQL function.
+def _takes(types: str, t: str, pct: str = "%%") -> str:
     return f"""({types} IS NULL OR {t} = ANY ({types})
         OR EXISTS (SELECT FROM unnest({types}) f
-                    WHERE f LIKE '%%.*' AND starts_with({t}, left(f, -1))))"""
+                    WHERE f LIKE '{pct}.*' AND starts_with({t}, left(f, -1))))"""
 
 
 # Ordered endpoints (migrations/0005_ordered.sql has the design): a delivery of
@@ -44,12 +48,16 @@ _STATE = "CASE WHEN ep.ordered AND ins.key IS NOT NULL THEN 'fresh' ELSE 'pendin
 
 # Fan-out of the event rows ``ins(id, type, tenant, key)``, in the same statement as they
 # are inserted: one delivery per endpoint in scope whose filter takes the type.
-_FAN_OUT = f"""
-    INSERT INTO {{schema}}.deliveries (event_id, endpoint_id, key, state)
+def _fan_out(q: str = "{schema}.", pct: str = "%%") -> str:
+    return f"""
+    INSERT INTO {q}deliveries (event_id, endpoint_id, key, state)
     SELECT ins.id, ep.id, {_KEY}, {_STATE}
-      FROM ins CROSS JOIN LATERAL {_scope("ins.tenant")} ep
-     WHERE {_takes("ep.event_types", "ins.type")}
+      FROM ins CROSS JOIN LATERAL {_scope("ins.tenant", q)} ep
+     WHERE {_takes("ep.event_types", "ins.type", pct)}
 """
+
+
+_FAN_OUT = _fan_out()
 
 # The same for a batch: the rule runs once per distinct (tenant, type) of the batch, not per
 # event (1,000 events over 100 tenants: 100 lookups), then joins back to the events.
@@ -172,11 +180,25 @@ SELECT idempotency_key, id FROM {schema}.events WHERE idempotency_key = ANY (%s:
 # that wants to go idle wait for that commit, then claim once more, so no event is missed.
 # Scope: advisory locks and channels are per database; the key and channel name hash the
 # schema ('{schema}' renders as the quoted name: a string constant here).
-WAKE_KEY = "hashtext('outbox.wakeup'), hashtext('{schema}')"
-WAKE_CHANNEL = "'outbox_wakeup_' || left(md5('{schema}'), 16)"
-_WAKE_IF_IDLE = f"""
-SELECT pg_notify({WAKE_CHANNEL}, '') FROM (SELECT 1 FROM fan LIMIT 1) wrote
- WHERE NOT pg_try_advisory_xact_lock_shared({WAKE_KEY})"""
+# ``name``: the SQL text of the quoted schema name as a string ('{schema}' here; the SQL
+# function computes the same string from its pinned search_path).
+def _wake_key(name: str) -> str:
+    return f"hashtext('outbox.wakeup'), hashtext({name})"
+
+
+def _wake_channel(name: str) -> str:
+    return f"'outbox_wakeup_' || left(md5({name}), 16)"
+
+
+def _wake_if_idle(name: str) -> str:
+    return f"""
+SELECT pg_notify({_wake_channel(name)}, '') FROM (SELECT 1 FROM fan LIMIT 1) wrote
+ WHERE NOT pg_try_advisory_xact_lock_shared({_wake_key(name)})"""
+
+
+WAKE_KEY = _wake_key("'{schema}'")
+WAKE_CHANNEL = _wake_channel("'{schema}'")
+_WAKE_IF_IDLE = _wake_if_idle("'{schema}'")
 # emit_many's COPY path: the same test as its own statement, after the deliveries' COPY.
 WAKE = (f"SELECT pg_notify({WAKE_CHANNEL}, '')"
         f" WHERE NOT pg_try_advisory_xact_lock_shared({WAKE_KEY})")
@@ -198,3 +220,22 @@ EMIT_MANY_WAKE = _emit_many(wake=True)
 
 # Worker side (outbox.delivery.wakeup): the channel to LISTEN on, and the idle lock.
 WAKE_CHANNEL_NAME = f"SELECT {WAKE_CHANNEL}"
+
+# --- the SQL function outbox.emit (migrations/0011_sql_emit.sql) ------------------------
+# Its one statement: the event's INSERT (PL/pgSQL variables v_id, v_payload, v_ikey and the
+# function's arguments) with the fan-out and the wake-up above, tables unqualified (the
+# function pins search_path to its schema, whose quoted name it computes for the wake-up's
+# lock key and channel, as render() writes it). The routing is this module's text:
+# tests/unit/test_sql_emit_text.py fails when the latest migration defining outbox.emit
+# does not hold SQL_EMIT_STATEMENT verbatim (a routing change needs a migration
+# redefining the function), and tests/integration/test_sql_emit_property.py compares
+# the deliveries of both emits over random events and endpoints.
+_FN_SCHEMA_NAME = """('"' || current_schema() || '"')"""
+SQL_EMIT_STATEMENT = """WITH ins AS (
+    INSERT INTO events (id, type, payload, key, idempotency_key, traceparent, tenant)
+    VALUES (v_id, emit.type, v_payload::json, emit.key, v_ikey, NULL, emit.tenant)
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, type, tenant, key),
+fan AS (""" + _fan_out("", "%") + """ RETURNING 1),
+wake AS (""" + _wake_if_idle(_FN_SCHEMA_NAME) + """)
+SELECT id FROM ins WHERE (SELECT count(*) FROM wake) >= 0"""
