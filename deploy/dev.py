@@ -8,8 +8,9 @@
 
 It creates ./.venv on first use and reinstalls the project (with its dev extra) whenever
 pyproject.toml changes; `test` also installs the Debian tools the deploy/ tests run
-(promtool, systemd-analyze) and the browser tests drive (chromium, chromedriver) when they
-are missing and apt-get is there. Extra arguments go to the underlying command.
+(promtool, systemd-analyze), the browser tests drive (chromium, chromedriver) and the
+pooler tests start (pgbouncer) when they are missing and apt-get is there. Extra arguments
+go to the underlying command.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ TEST_TOOLS = {
     "systemd-analyze": "systemd",
     "chromium": "chromium",  # tests/web/test_browser.py (headless, driven by Selenium)
     "chromedriver": "chromium-driver",
+    "pgbouncer": "pgbouncer",  # tests/acceptance/test_pgbouncer.py (transaction pooling)
 }
 
 
