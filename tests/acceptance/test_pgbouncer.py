@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -31,6 +33,7 @@ from tests.support.workers import FAST, SECRET, log_of, spawn, states, wait_unti
 
 pytestmark = pytest.mark.slow  # a pooler, worker processes
 
+ROOT = Path(__file__).resolve().parents[2]
 POOLED = {"OUTBOX_PREPARE_THRESHOLD": "none"}
 PER_STACK = 100
 
@@ -180,3 +183,20 @@ def test_prepared_statement_clash_names_the_setting(
                                   match="OUTBOX_PREPARE_THRESHOLD=none")
             with outbox.db.connect(settings) as second, clash, outbox.db.translated():
                 second.execute("SELECT 2 WHERE %s", (True,))
+
+
+def test_the_guide_snippet_emits_through_pgbouncer(bouncer: PgBouncer, db_url: str) -> None:
+    """docs/guides/database.md's app-side snippet, pasted, against PgBouncer in
+    transaction mode: both events committed."""
+    guide = (ROOT / "docs" / "guides" / "database.md").read_text()
+    section = guide.split("## Behind PgBouncer", 1)[1]
+    match = re.search(r"```python\n(.*?)\n```", section, re.S)
+    assert match, "the PgBouncer section has a python block"
+    env = {**os.environ, "DATABASE_URL": bouncer.url(db_url), "OUTBOX_SCHEMA": SCHEMA}
+    done = subprocess.run([sys.executable, "-c", match.group(1)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    with psycopg.connect(db_url) as c:
+        row = c.execute(f"SELECT count(*) FROM {SCHEMA}.events"
+                        " WHERE type = 'invoice.paid'".encode()).fetchone()
+    assert row == (2,)
