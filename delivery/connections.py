@@ -28,24 +28,26 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 
 from outbox.delivery import queries
 
 Conn = psycopg.AsyncConnection[Any]
+CONNECT_TIMEOUT = 5  # seconds per host, unless the URL sets connect_timeout
 
 
 class Connections:
     """Up to ``size`` connections to ``url`` in use at once; idle ones are kept."""
 
-    def __init__(self, url: str, *, size: int, prepare_threshold: int | None,
-                 connect_timeout: float = 5.0) -> None:
+    def __init__(self, url: str, *, size: int, prepare_threshold: int | None) -> None:
         self.url = url
         self._kwargs: dict[str, Any] = {
             "autocommit": True, "prepare_threshold": prepare_threshold,
-            "connect_timeout": max(1, round(connect_timeout)),
             "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
             "keepalives_count": 3}
+        if "connect_timeout" not in conninfo_to_dict(url):  # per host of a multi-host URL
+            self._kwargs["connect_timeout"] = CONNECT_TIMEOUT
         self._slots = asyncio.Semaphore(size)
         self._idle: list[Conn] = []
         self._closed = False

@@ -117,8 +117,7 @@ class Store:
         self._any_due_sql = render(queries.ANY_DUE, settings.schema_name)
         self._next_due_sql = render(queries.NEXT_DUE, settings.schema_name)
         self.connections = Connections(settings.database_url, size=pool_size,
-                                       prepare_threshold=settings.prepare_threshold,
-                                       connect_timeout=settings.connect_timeout_seconds)
+                                       prepare_threshold=settings.prepare_threshold)
         self.stopping: Callable[[], bool] = lambda: False
         self.on_error: Callable[[], None] = lambda: None
         self.healthy = True  # False from a failed retry until the next success
