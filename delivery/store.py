@@ -136,7 +136,8 @@ class Store:
         await self.connections.close()
 
     def stalled_seconds(self) -> float:
-        """How long the oldest database call in progress has been running (0: none)."""
+        """How long the oldest try of a database call in progress has been running (0:
+        none; the waits between the tries of an outage do not count)."""
         return time.monotonic() - min(self._running.values()) if self._running else 0.0
 
     async def _retrying(self, op: Op[T]) -> T:
@@ -160,19 +161,20 @@ class Store:
                         raise
                     raise  # pragma: no cover (translated always raises)
                 self.on_error()
-                result = await self._waiting_out(op, exc)
+                result = await self._waiting_out(op, exc, key)
         finally:
             del self._running[key]
         if not self.healthy:
             self._recovered()
         return result
 
-    async def _waiting_out(self, op: Op[T], failure: psycopg.Error) -> T:
+    async def _waiting_out(self, op: Op[T], failure: psycopg.Error, key: object) -> T:
         for attempt in itertools.count():
             if attempt:
                 self._went_down(failure)
                 wait = min(RETRY_MAX, 0.05 * 2 ** min(attempt, 10))
                 await asyncio.sleep(wait * random.uniform(0.5, 1.0))
+            self._running[key] = time.monotonic()  # a stall is one try that hangs
             try:
                 return await op(True)
             except psycopg.Error as exc:

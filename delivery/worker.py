@@ -109,7 +109,7 @@ class Worker:
         ``database_stall_seconds`` (a hung synchronous commit), one when that ends."""
         limit, stalled = self.settings.database_stall_seconds, False
         while not self._stopped.is_set():
-            now = self.store.stalled_seconds() > limit
+            now = self.store.healthy and self.store.stalled_seconds() > limit
             if now != stalled:
                 stalled = now
                 if stalled:
