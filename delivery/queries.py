@@ -48,13 +48,14 @@ from outbox._db import queries as core
 # number of endpoints (tests/integration/
 # test_claim_plan.py: EXPLAIN with 5,000 endpoints, 50,000 delivered rows; bench.history).
 #
-# The rotation's position is a per-connection setting (outbox.claim_after, set with
-# set_config by the claim itself, in `share`): the result's columns are Job's fields, so
-# the worker cannot be told where the ring stopped, and a random start would not rotate:
-# endpoint ids are UUIDv7 (time-ordered), so a random uuid falls above nearly all of them
-# and every claim would begin at the oldest endpoint. Each pooled connection rotates on
-# its own; a new connection starts at the lowest endpoint id. Behind a transaction-mode
-# pooler the setting may come from another client's claim: just another starting point.
+# The rotation's position is a transaction-local setting (outbox.claim_after): the worker
+# sets it before the claim (CLAIM_POSITION_SET), the claim moves it (set_config in
+# `share`) and the worker reads it back after (CLAIM_POSITION_GET), all in the claim's one
+# pipelined transaction (outbox.delivery.connections): the result's columns are Job's
+# fields, so the claim cannot report where the ring stopped, and a random start would not
+# rotate: endpoint ids are UUIDv7 (time-ordered), so a random uuid falls above nearly all
+# of them and every claim would begin at the oldest endpoint. A worker process rotates as
+# one, from the lowest endpoint id at its start; nothing is left on the server connection.
 #
 # Alternatives considered: a per-tenant or per-endpoint queue table (a second write on
 # every emit and a hot row per busy endpoint); DISTINCT ON / GROUP BY endpoint_id over the
@@ -126,7 +127,7 @@ share AS MATERIALIZED (
            set_config('outbox.claim_after',
                       COALESCE((array_agg(endpoint_id ORDER BY n DESC))[1]::text,
                                current_setting('outbox.claim_after', true), ''),
-                      false) AS after
+                      true) AS after
       FROM ring),
 picked AS MATERIALIZED (
     SELECT p.id
@@ -182,6 +183,15 @@ SELECT c.id AS delivery_id, c.attempts AS attempt, c.lease_token AS token, c.eve
                        WHERE p.id = c.endpoint_id LIMIT 1) ep
 """.replace("PENDING", _PENDING).replace("LAST_UUID", _LAST_UUID).replace(
     "LOCK_ORDER_F", core.ORDERED_LOCK_ORDER.format(ep="f.endpoint_id", key="f.key"))
+
+# Every batch of the worker's statements runs in a transaction of its own at READ
+# COMMITTED whatever the server's, database's or role's default (the claim and the
+# completion of ordered endpoints depend on it: migrations/0005_ordered.sql), with nothing
+# set on the session (outbox.delivery.connections).
+BEGIN_READ_COMMITTED = "BEGIN ISOLATION LEVEL READ COMMITTED"
+COMMIT = "COMMIT"
+CLAIM_POSITION_SET = "SELECT set_config('outbox.claim_after', %s, true)"
+CLAIM_POSITION_GET = "SELECT current_setting('outbox.claim_after', true)"
 
 # Record many attempts in one statement. Fenced: a row is updated only while it still
 # carries the lease token of the claim that sent it, so a late result after a re-claim
@@ -376,6 +386,10 @@ SELECT state, count(*) AS deliveries, sum(attempts) AS attempts
 # LISTEN on the schema's channel (a DO block: LISTEN takes no parameter, and the channel
 # name is computed in SQL, once, by outbox._db.queries.WAKE_CHANNEL).
 WAKE_LISTEN = "DO $$ BEGIN EXECUTE format('LISTEN %I', " + core.WAKE_CHANNEL + "); END $$"
+# What the server sees of this connection (outbox.delivery.session.direct: is it a
+# session of our own, or does a pooler sit between?).
+SESSION_PROBE = ("SELECT host(inet_client_addr()), inet_client_port(), inet_server_port(),"
+                 " current_setting('port')")
 # How long arming may wait for emitting transactions that skipped the NOTIFY to end.
 WAKE_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %s, false)"
 # Arm: become the schema's one idle sentinel (a try: another idle worker may be it), then

@@ -2,11 +2,14 @@
 repair pass of ordered keys left without a head (:func:`repair_once`).
 
 Guarantees: at most one worker prunes a schema at a time (a session advisory lock, skipped
-if taken, released when done or when the connection drops); each batch is its own short
-transaction; a failure is logged and retried at the next interval, never fatal. On a
-server with ``autovacuum = off`` the pruner also VACUUMs the queue tables after deleting,
-or the freed space would never be reused (``bench/retention.py``: 1.7x growth in three
-minutes without it).
+if taken, released when done or when the connection drops) where the connection is a
+session of its own; behind a pooler (:func:`outbox.delivery.session.direct`) no session
+lock is taken -- it could stay behind on a shared server connection -- and two workers may
+prune at once (each batch skips rows another holds; the work is only repeated). Each batch
+is its own short transaction; a failure is logged and retried at the next interval, never
+fatal. On a server with ``autovacuum = off`` the pruner also VACUUMs the queue tables
+after deleting, or the freed space would never be reused (``bench/retention.py``: 1.7x
+growth in three minutes without it).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from psycopg.rows import scalar_row
 from outbox._db.connection import render
 from outbox.admin.retention import PruneResult, prune
 from outbox.delivery import queries
+from outbox.delivery.session import direct_sync
 from outbox.delivery.settings import WorkerSettings
 from outbox.errors import OutboxError
 
@@ -43,11 +47,13 @@ def prune_once(settings: WorkerSettings, should_stop: Callable[[], bool] = lambd
         if should_stop():
             raise _Interrupted
     schema = settings.schema_name
-    with psycopg.connect(settings.database_url, autocommit=True, connect_timeout=5) as conn:
-        with conn.cursor(row_factory=scalar_row) as cur:
-            locked = cur.execute(queries.PRUNE_TRY_LOCK, (schema,)).fetchone()
-        if not locked:
-            return None
+    with psycopg.connect(settings.database_url, autocommit=True, connect_timeout=5,
+                         prepare_threshold=settings.prepare_threshold) as conn:
+        locking = direct_sync(conn)  # a session lock needs a session of its own
+        if locking:
+            with conn.cursor(row_factory=scalar_row) as cur:
+                if not cur.execute(queries.PRUNE_TRY_LOCK, (schema,)).fetchone():
+                    return None
         try:
             result = prune(conn, schema, dt.timedelta(seconds=settings.retention_seconds),
                            batch_size=settings.prune_batch_size, progress=progress)
@@ -57,7 +63,8 @@ def prune_once(settings: WorkerSettings, should_stop: Callable[[], bool] = lambd
         except _Interrupted:
             return None
         finally:
-            conn.execute(queries.PRUNE_UNLOCK, (schema,))
+            if locking and not conn.broken:
+                conn.execute(queries.PRUNE_UNLOCK, (schema,))
 
 
 def _vacuum_if_no_autovacuum(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> None:
@@ -87,11 +94,13 @@ def repair_once(settings: WorkerSettings, position: RepairPosition,
     migration 0005 or by hand is delivered again. Returns how many heads it made. Safe
     beside running workers (each key is re-checked under its lock), one short transaction.
     """
-    with psycopg.connect(settings.database_url, autocommit=True, connect_timeout=5) as conn:
-        conn.execute("SET default_transaction_isolation = 'read committed'")
+    with psycopg.connect(settings.database_url, connect_timeout=5,
+                         prepare_threshold=settings.prepare_threshold) as conn:
+        conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED  # this transaction's
         row = conn.execute(render(queries.REPAIR_HEADLESS, settings.schema_name),
                            {"keys": keys, "after_endpoint": position.endpoint,
                             "after_key": position.key}).fetchone()
+        conn.commit()
     assert row is not None
     _visited, position.endpoint, position.key, promoted = row
     return int(promoted)

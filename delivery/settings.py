@@ -52,6 +52,9 @@ class WorkerSettings(Settings):
     metrics_host: str = "0.0.0.0"
     log_format: Literal["json", "text"] = "json"
     backlog_interval_seconds: float = Field(default=5.0, gt=0)
+    # /readyz answers 503 while a database call has been running longer than this (a
+    # commit waiting for a missing synchronous standby, a lock, a hung network path).
+    database_stall_seconds: float = Field(default=10.0, gt=0)
     worker_id: str = Field(default_factory=_default_worker_id)
 
     @field_validator("allow_networks")

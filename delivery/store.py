@@ -1,33 +1,39 @@
-"""The worker's database side: claim and batched completion over a connection pool.
+"""The worker's database side: claim and batched completion.
 
-Each call is its own short autocommit transaction: the claim commits before any HTTP
-request starts, and no transaction is ever open across an HTTP call. Connection-level
-failures (server restart, network) are retried with jittered exponential backoff for as
-long as the worker runs; they are logged, never fatal.
+Each call is its own short READ COMMITTED transaction (:mod:`outbox.delivery.connections`:
+pipelined, nothing left on the session): the claim commits before any HTTP request
+starts, and no transaction is ever open across an HTTP call. Outages -- the connection
+failed, the server restarts, the node is read-only (a standby, a primary being demoted) --
+are waited out for as long as the worker runs (:meth:`Store._retrying`), with one log
+line when the database goes and one when it is back; never fatal, never a spin.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import itertools
 import logging
+import random
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from operator import itemgetter
 from typing import Any, NamedTuple, TypeVar
 
 import psycopg
-import tenacity
 from psycopg.rows import AsyncRowFactory, RowMaker, class_row, no_result
-from psycopg_pool import AsyncConnectionPool
 
-from outbox._db.connection import render, translated
+from outbox._db.connection import outage, read_only, render, translated
 from outbox._security.secretbox import SecretBox
 from outbox.delivery import queries
+from outbox.delivery.connections import Connections
 from outbox.delivery.jobs import Completion, Job
 from outbox.delivery.settings import WorkerSettings
 
 log = logging.getLogger("outbox.worker")
 T = TypeVar("T")
+RETRY_MAX = 1.0  # seconds: the longest wait between two tries during an outage
 
 _JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
 _SECRET = _JOB_FIELDS.index("secret")  # previous_secret follows it
@@ -91,23 +97,21 @@ def _job_picker(names: list[str]) -> Callable[[Sequence[Any]], Any]:
     return itemgetter(*(names.index(f) for f in _JOB_FIELDS))
 
 
-async def _read_committed(conn: psycopg.AsyncConnection[Any]) -> None:
-    """Pin READ COMMITTED on a new pool connection, whatever the server's, database's or
-    role's default_transaction_isolation: the claim and the completion of ordered
-    endpoints depend on it (migrations/0005_ordered.sql; the functions refuse to run under
-    another level). Each statement is its own autocommit transaction, so the session's
-    default is what applies. Behind a transaction-mode pooler a session setting may not
-    stick: the functions then fail with a clear error instead of misordering."""
-    await conn.execute("SET default_transaction_isolation = 'read committed'")
-
-
 def _first_line(exc: BaseException | None) -> str:
     text = str(exc).strip() if exc else ""
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def _kind(exc: BaseException) -> str:
+    return "read-only" if read_only(exc) else "unreachable"
+
+
+Op = Callable[[bool], Awaitable[T]]
+"""A database call; its argument: connect anew instead of reusing an idle connection."""
+
+
 class Store:
-    """Claim and complete deliveries; owns the connection pool."""
+    """Claim and complete deliveries; owns the worker's connections."""
 
     def __init__(self, settings: WorkerSettings, *, pool_size: int = 4) -> None:
         self.settings = settings
@@ -115,93 +119,108 @@ class Store:
         self._complete_sql = render(queries.COMPLETE, settings.schema_name)
         self._any_due_sql = render(queries.ANY_DUE, settings.schema_name)
         self._next_due_sql = render(queries.NEXT_DUE, settings.schema_name)
-        self.pool = AsyncConnectionPool(
-            settings.database_url, min_size=1, max_size=pool_size, open=False,
-            kwargs={"autocommit": True, "prepare_threshold": settings.prepare_threshold},
-            # No check= on checkout: it costs a round trip and a transaction per statement
-            # (half an idle worker's database load). A connection that died meanwhile (a
-            # database restart) fails its statement with OperationalError, which
-            # _retrying retries on a fresh connection; the pool drops the broken one.
-            timeout=2.0,
-            reconnect_timeout=365 * 86400.0,
-            configure=_read_committed,
-        )
+        self.connections = Connections(settings.database_url, size=pool_size,
+                                       prepare_threshold=settings.prepare_threshold)
         self.stopping: Callable[[], bool] = lambda: False
         self.on_error: Callable[[], None] = lambda: None
-        self.healthy = True  # False from a failed call until the next success
+        self.healthy = True  # False from a failed retry until the next success
+        self.down_reason = ""  # why, while not healthy
+        self._down_since = 0.0
+        self._running: dict[object, float] = {}  # database calls in progress: their start
+        self._claim_after = ""  # the claim's rotation position (queries.CLAIM)
         self._backlog_sql = render(queries.BACKLOG, settings.schema_name)
         self._push_sql = render(queries.PUSH_ENDPOINT, settings.schema_name)
         self._job_row = job_row(settings.secret_box())
 
     async def open(self) -> None:
-        await self.pool.open(wait=False)
+        """Nothing to do: connections are made when a call needs one."""
 
     async def close(self) -> None:
-        await self.pool.close()
+        await self.connections.close()
 
-    async def _retrying(self, op: Callable[[], Awaitable[T]]) -> T:
-        """Run ``op``, retrying connection failures until it succeeds or the worker stops.
+    def stalled_seconds(self) -> float:
+        """How long the oldest try of a database call in progress has been running (0:
+        none; the waits between the tries of an outage do not count)."""
+        return time.monotonic() - min(self._running.values()) if self._running else 0.0
 
-        The first try runs bare (no retry machinery on the hot path); a connection
-        failure hands over to :meth:`_backing_off` as that machinery's first attempt."""
+    async def _retrying(self, op: Op[T]) -> T:
+        """Run ``op``, waiting out outages (:func:`outbox._db.connection.outage`: the connection
+        failed, the server restarts, the node is read-only) until it succeeds or the
+        worker stops; any other error is fatal, translated (e.g. SchemaMissing).
+
+        After a failure ``op`` is tried again at once on a new connection (a connection
+        that died while idle fails its next statement, and the idle ones beside it likely
+        died too); if that fails as well, the outage is logged once and ``op`` is retried
+        with jittered exponential backoff capped at :data:`RETRY_MAX` seconds, each time on
+        a new connection, so delivery resumes within that cap of the database answering."""
+        key = object()
+        self._running[key] = time.monotonic()
         try:
-            result = await op()
-        except psycopg.OperationalError as exc:
-            if self.stopping():
-                raise
-            return await self._backing_off(op, exc)
-        except psycopg.Error:
-            with translated():  # e.g. SchemaMissing: fatal, with a one-line reason
-                raise
-        self.healthy = True
+            try:
+                result = await op(False)
+            except psycopg.Error as exc:
+                if not outage(exc) or self.stopping():
+                    with translated():
+                        raise
+                    raise  # pragma: no cover (translated always raises)
+                self.on_error()
+                result = await self._waiting_out(op, exc, key)
+        finally:
+            del self._running[key]
+        if not self.healthy:
+            self._recovered()
         return result
 
-    async def _backing_off(self, op: Callable[[], Awaitable[T]],
-                           first_failure: psycopg.OperationalError) -> T:
-        """:meth:`_retrying` after ``first_failure``: logged and waited out with jittered
-        exponential backoff, then ``op`` again, until it succeeds or the worker stops."""
-        failures = [first_failure]
+    async def _waiting_out(self, op: Op[T], failure: psycopg.Error, key: object) -> T:
+        for attempt in itertools.count():
+            if attempt:
+                self._went_down(failure)
+                wait = min(RETRY_MAX, 0.05 * 2 ** min(attempt, 10))
+                await asyncio.sleep(wait * random.uniform(0.5, 1.0))
+            self._running[key] = time.monotonic()  # a stall is one try that hangs
+            try:
+                return await op(True)
+            except psycopg.Error as exc:
+                if not outage(exc) or self.stopping():
+                    with translated():
+                        raise
+                    raise  # pragma: no cover
+                self.on_error()
+                failure = exc
+        raise AssertionError("unreachable")  # pragma: no cover
 
-        async def attempt() -> T:
-            if failures:
-                raise failures.pop()
-            return await op()
-
-        retryer = tenacity.AsyncRetrying(
-            retry=tenacity.retry_if_exception(
-                lambda e: isinstance(e, psycopg.OperationalError) and not self.stopping()
-            ),
-            wait=tenacity.wait_exponential_jitter(multiplier=0.2, max=5.0, jitter=0.5),
-            before_sleep=self._log_retry,
-            reraise=True,
-        )
-        try:
-            result: T = await retryer(attempt)
-            self.healthy = True
-            return result
-        except psycopg.OperationalError:
-            raise
-        except psycopg.Error:
-            with translated():  # e.g. SchemaMissing: fatal, with a one-line reason
-                raise
-
-    def _log_retry(self, state: tenacity.RetryCallState) -> None:
+    def _went_down(self, exc: BaseException) -> None:
+        """One log line per change of state: available -> unreachable or read-only."""
+        reason = f"{_kind(exc)}: {_first_line(exc)}"
+        if self.healthy or _kind(exc) != self.down_reason.split(":")[0]:
+            if self.healthy:
+                self._down_since = time.monotonic()
+            log.warning("database unavailable (%s); waiting it out, retrying at least every"
+                        " %.0fs", reason, RETRY_MAX)
         self.healthy = False
-        self.on_error()
-        exc = state.outcome.exception() if state.outcome else None
-        wait = state.next_action.sleep if state.next_action else 0.0
-        log.warning("database unavailable (%s); retry %d in %.1fs", _first_line(exc),
-                    state.attempt_number, wait)
+        self.down_reason = reason
+
+    def _recovered(self) -> None:
+        log.warning("database available again after %.1fs",
+                    time.monotonic() - self._down_since)
+        self.healthy = True
+        self.down_reason = ""
 
     async def claim(self, limit: int) -> list[Job]:
         """Lease up to ``limit`` due deliveries (committed before returning)."""
         token = uuid.uuid4()
         params = {"limit": limit, "lease": self.settings.lease_seconds, "token": token}
 
-        async def op() -> list[Job]:
-            async with self.pool.connection() as conn:
+        async def op(fresh: bool) -> list[Job]:
+            async with self.connections.transaction(fresh=fresh) as conn:
+                await conn.execute(queries.CLAIM_POSITION_SET, (self._claim_after,))
                 cur = conn.cursor(row_factory=self._job_row)
-                return await (await cur.execute(self._claim_sql, params)).fetchall()
+                await cur.execute(self._claim_sql, params)
+                position = await conn.execute(queries.CLAIM_POSITION_GET)
+            jobs = await cur.fetchall()
+            row = await position.fetchone()
+            self._claim_after = str(row[0] or "") if row else ""
+            return jobs
 
         return await self._retrying(op)
 
@@ -209,11 +228,11 @@ class Store:
         """Record ``done`` in one statement; returns how many were not fenced out."""
         params = _completion_params(done, self.settings.worker_id)
 
-        async def op() -> int:
-            async with self.pool.connection() as conn:
+        async def op(fresh: bool) -> int:
+            async with self.connections.transaction(fresh=fresh) as conn:
                 cur = await conn.execute(self._complete_sql, params)
-                row = await cur.fetchone()
-                return int(row[0]) if row else 0
+            row = await cur.fetchone()
+            return int(row[0]) if row else 0
 
         return await self._retrying(op)
 
@@ -221,37 +240,40 @@ class Store:
         """Hide an endpoint's pending deliveries for ``seconds`` (circuit breaker)."""
         params = {"endpoint": endpoint_id, "seconds": seconds}
 
-        async def op() -> int:
-            async with self.pool.connection() as conn:
-                return (await conn.execute(self._push_sql, params)).rowcount
+        async def op(fresh: bool) -> int:
+            async with self.connections.transaction(fresh=fresh) as conn:
+                cur = await conn.execute(self._push_sql, params)
+            return cur.rowcount
 
         return await self._retrying(op)
 
     async def backlog(self) -> Backlog:
         """The alerting numbers (:class:`Backlog`)."""
-        async def op() -> Backlog:
-            async with self.pool.connection() as conn:
+        async def op(fresh: bool) -> Backlog:
+            async with self.connections.transaction(fresh=fresh) as conn:
                 cur = conn.cursor(row_factory=_BACKLOG_ROW)
-                row = await (await cur.execute(self._backlog_sql)).fetchone()
-                return row or Backlog(0, 0.0, 0)
+                await cur.execute(self._backlog_sql)
+            return await cur.fetchone() or Backlog(0, 0.0, 0)
 
         return await self._retrying(op)
 
     async def any_due(self) -> bool:
-        async def op() -> bool:
-            async with self.pool.connection() as conn:
-                row = await (await conn.execute(self._any_due_sql)).fetchone()
-                return bool(row and row[0])
+        async def op(fresh: bool) -> bool:
+            async with self.connections.transaction(fresh=fresh) as conn:
+                cur = await conn.execute(self._any_due_sql)
+            row = await cur.fetchone()
+            return bool(row and row[0])
 
         return await self._retrying(op)
 
     async def next_due(self) -> float | None:
         """Seconds until the earliest pending delivery comes due (<= 0: due now); None
         if nothing is pending."""
-        async def op() -> float | None:
-            async with self.pool.connection() as conn:
-                row = await (await conn.execute(self._next_due_sql)).fetchone()
-                return float(row[0]) if row and row[0] is not None else None
+        async def op(fresh: bool) -> float | None:
+            async with self.connections.transaction(fresh=fresh) as conn:
+                cur = await conn.execute(self._next_due_sql)
+            row = await cur.fetchone()
+            return float(row[0]) if row and row[0] is not None else None
 
         return await self._retrying(op)
 

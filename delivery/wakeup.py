@@ -52,8 +52,15 @@ Guarantees and failure modes (none of them stalls delivery: the worker also poll
 - An emitting transaction left open for long blocks arming for at most the lock timeout
   (``ARM_WAIT_SECONDS``); the worker claims and tries again, and emitters NOTIFY while it
   waits.
-- Behind PgBouncer in transaction mode LISTEN and session locks do not work: set
-  ``OUTBOX_WAKEUP=poll`` there, or give the workers a direct connection.
+- The listener cannot LISTEN or arm although it connects (a hot standby, a read-only
+  node): it backs off like a failed connection (the drops in a row count until LISTEN
+  succeeds), polling meanwhile; one log line when it is lost, one when it listens again.
+- Behind a transaction-mode pooler LISTEN and session locks do not work, and a session
+  lock left on a shared server connection would make every emit NOTIFY: before LISTEN the
+  listener checks that its connection is a session of its own
+  (:func:`outbox.delivery.session.direct`); if not, it logs one warning and the worker
+  polls instead (``OUTBOX_POLL_INTERVAL_SECONDS``, as with ``OUTBOX_WAKEUP=poll``) for the
+  rest of its life. Give the workers a direct connection to have wake-ups.
 """
 
 from __future__ import annotations
@@ -69,8 +76,9 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from outbox._db.connection import render
-from outbox.delivery import queries
+from outbox.delivery import queries, session
 from outbox.delivery.settings import WorkerSettings
+from outbox.settings import mask_url
 
 log = logging.getLogger("outbox.worker")
 
@@ -85,9 +93,12 @@ class Waker:
     claim that closes the race with emitters that skipped the NOTIFY).
     """
 
-    def __init__(self, settings: WorkerSettings, on_wake: Callable[[], None]) -> None:
+    def __init__(self, settings: WorkerSettings, on_wake: Callable[[], None],
+                 on_pooled: Callable[[], None] = lambda: None) -> None:
         self.settings = settings
         self.on_wake = on_wake
+        self.on_pooled = on_pooled  # called once if the connection is not a session of ours
+        self.lost = False  # the listener failed and has not listened again since
         self.armed = False  # this worker is the sentinel: emitters NOTIFY
         self.connected = False
         self.notifications = 0
@@ -112,7 +123,8 @@ class Waker:
             self._changed.set()
 
     async def run(self, stopped: asyncio.Event) -> None:
-        """Keep a listening connection until ``stopped``; reconnect with backoff."""
+        """Keep a listening connection until ``stopped``; reconnect with backoff. Returns
+        at once (after ``on_pooled``) if the connection is not a session of its own."""
         failures = 0
         while not stopped.is_set():
             try:
@@ -120,25 +132,43 @@ class Waker:
                     self.settings.database_url, autocommit=True, prepare_threshold=None,
                     keepalives=1, keepalives_idle=30, keepalives_interval=10,
                     keepalives_count=3)
-                failures = 0  # back off by the drops in a row, not in the process's life
                 async with conn:
+                    if not await session.direct(conn):
+                        self._pooled()
+                        return
                     await self._session(conn, stopped)
                 return
             except psycopg.Error as exc:
+                if self.connected:
+                    failures = 0  # back off by the drops in a row, not in the process's life
                 self.connected = self.armed = False
                 failures += 1
                 wait = min(5.0, 0.1 * 2 ** min(failures, 6)) * random.uniform(0.5, 1.0)
-                log.warning("wake-up listener lost (%s); polling, reconnecting in %.1fs",
-                            _first_line(exc), wait)
+                if not self.lost:  # one line per state change, not per reconnection
+                    log.warning("wake-up listener lost (%s); polling, reconnecting with"
+                                " backoff", _first_line(exc))
+                self.lost = True
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait):
                     await stopped.wait()
+
+    def _pooled(self) -> None:
+        log.warning("OUTBOX_WAKEUP=notify needs a session of its own, and the connection"
+                    " to %s goes through a pooler or proxy (the server sees another client"
+                    " port): polling every %gs instead; give the workers a direct"
+                    " connection for wake-ups, or set OUTBOX_WAKEUP=poll",
+                    mask_url(self.settings.database_url), self.settings.poll_interval_seconds
+                    or 0.05)
+        self.on_pooled()
 
     async def _session(self, conn: psycopg.AsyncConnection[Any],
                        stopped: asyncio.Event) -> None:
         await conn.execute(queries.WAKE_LOCK_TIMEOUT, (f"{int(ARM_WAIT_SECONDS * 1000)}ms",))
         await conn.execute(self._listen_sql)
         self.connected, self._elect = True, True
+        if self.lost:
+            log.warning("wake-up listener listening again")
+            self.lost = False
         self.on_wake()  # a NOTIFY may have gone unheard while this connection was down
         while not stopped.is_set():
             self._changed.clear()

@@ -14,7 +14,9 @@ Guarantees:
   ``shutdown_grace_seconds`` to finish and be recorded; the rest are cancelled and come
   back after their lease. ``run`` then returns normally.
 - A database outage is logged and waited out with backoff; the worker neither exits nor
-  spins.
+  spins. A read-only node (a standby, a primary being demoted) counts as an outage: the
+  worker reconnects until it reaches one that takes writes (:mod:`outbox.delivery.store`).
+  ``/readyz`` answers 503 meanwhile, and while a call hangs (``database_stall_seconds``).
 - Wake-up (``OUTBOX_WAKEUP=notify``, :mod:`outbox.delivery.wakeup`): an idle worker is
   woken by the NOTIFY of a commit that gave it work, and sleeps otherwise until the
   earliest pending row comes due or ``poll_interval`` passes, whichever is first; a lost
@@ -72,8 +74,15 @@ class Worker:
         self._flushing = False  # a batch taken off _done is being written
         self._have_done = asyncio.Event()
         self._wake = asyncio.Event()
-        self.waker = Waker(settings, self._wake.set) if settings.wakeup == "notify" else None
+        self.waker = (Waker(settings, self._wake.set, on_pooled=self._poll_instead)
+                      if settings.wakeup == "notify" else None)
         self.stats = {"claimed": 0, "delivered": 0, "retry": 0, "dead": 0, "fenced": 0}
+
+    def _poll_instead(self) -> None:
+        """No wake-ups through a pooler: poll as ``OUTBOX_WAKEUP=poll`` would."""
+        self.waker = None
+        self.settings = self.settings.model_copy(update={"wakeup": "poll"})
+        self._wake.set()
 
     def stop(self) -> None:
         """Stop claiming; ``run`` finishes in-flight work within the grace period."""
@@ -83,18 +92,39 @@ class Worker:
         self._wake.set()
 
     def ready(self) -> tuple[bool, str]:
-        """Readiness: the database answered the last call and the worker is not stopping."""
+        """Readiness: the database answered the last call, no call has been running for
+        longer than ``database_stall_seconds``, and the worker is not stopping."""
         if self._stopped.is_set():
             return False, "stopping"
         if not self.store.healthy:
-            return False, "database unavailable"
+            read_only = self.store.down_reason.startswith("read-only")
+            return False, "database unavailable" + (" (read-only)" if read_only else "")
+        stalled = self.store.stalled_seconds()
+        if stalled > self.settings.database_stall_seconds:
+            return False, f"database not answering: a statement has run for {stalled:.0f}s"
         return True, "ready"
+
+    async def _stall_loop(self) -> None:
+        """One log line when a database call starts to take longer than
+        ``database_stall_seconds`` (a hung synchronous commit), one when that ends."""
+        limit, stalled = self.settings.database_stall_seconds, False
+        while not self._stopped.is_set():
+            now = self.store.healthy and self.store.stalled_seconds() > limit
+            if now != stalled:
+                stalled = now
+                if stalled:
+                    log.warning("database not answering: a statement has run for over %.0fs"
+                                " (a commit waiting for a synchronous standby?)", limit)
+                else:
+                    log.warning("database answering again")
+            await asyncio.sleep(min(1.0, limit / 4))
 
     async def run(self, *, drain: bool = False) -> None:
         """Deliver until ``stop()``; with ``drain``, also return once nothing is due."""
         await self.store.open()
         flusher = asyncio.create_task(self._flush_loop(), name="outbox-flush")
         gauges = asyncio.create_task(self._backlog_loop(), name="outbox-backlog")
+        watch = asyncio.create_task(self._stall_loop(), name="outbox-stall")
         pruner = None
         if not drain:  # prunes unless retention_seconds is 0; repairs ordered keys
             pruner = asyncio.create_task(prune_loop(self.settings, self._stopped))
@@ -108,10 +138,12 @@ class Worker:
             self._stopped.set()
             self._have_done.set()
             gauges.cancel()
+            watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await flusher
-            with contextlib.suppress(asyncio.CancelledError):
-                await gauges
+            for task in (gauges, watch):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             if pruner is not None:
                 await pruner
             if listener is not None:

@@ -10,10 +10,10 @@
 
 It creates ./.venv on first use and reinstalls the project (with its dev extra) whenever
 pyproject.toml changes; `test` also installs the Debian tools the deploy/ tests run
-(promtool, systemd-analyze) and the browser tests drive (chromium, chromedriver) when they
-are missing and apt-get is there, and starts the brokers the broker-destination tests
-publish to (RabbitMQ, NATS JetStream, Redis) unless they are already listening.
-Extra arguments go to the underlying command.
+(promtool, systemd-analyze), the browser tests drive (chromium, chromedriver) and the
+pooler tests start (pgbouncer) when they are missing and apt-get is there, and starts the
+brokers the broker-destination tests publish to (RabbitMQ, NATS JetStream, Redis) unless
+they are already listening. Extra arguments go to the underlying command.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ TEST_TOOLS = {
     "rabbitmq-server": "rabbitmq-server",
     "redis-server": "redis-server",
     "nats-server": "nats-server",
+    "pgbouncer": "pgbouncer",  # tests/acceptance/test_pgbouncer.py (transaction pooling)
 }
 
 # port -> (directories it needs, the command that starts it in the background)

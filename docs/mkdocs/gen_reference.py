@@ -64,6 +64,9 @@ MEANINGS: dict[str, str] = {
     # outbox.delivery.settings.WorkerSettings: `outbox worker`
     "lease_seconds": "How long a claim hides a delivery from other workers.",
     "http_timeout_seconds": "Total time per request; must be below the lease (checked at start).",
+    "database_stall_seconds": ("/readyz answers 503 while one database call has run longer than"
+                               " this (a commit waiting for a missing synchronous standby, a"
+                               " lock, a hung network path)."),
     "connect_timeout_seconds": "TCP/TLS connect timeout.",
     "retry_base_seconds": "Backoff scale (per endpoint: `--retry-base-seconds`).",
     "retry_cap_seconds": "Longest wait between attempts (per endpoint: `--retry-cap-seconds`).",

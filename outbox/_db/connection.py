@@ -54,7 +54,47 @@ def translated(url: str | None = None) -> Iterator[None]:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DatabaseUnavailable(f"cannot reach PostgreSQL{where}: {first}") from exc
     except psycopg.Error as exc:
+        if read_only(exc):
+            where = f" at {mask_url(url)}" if url else ""
+            raise DatabaseUnavailable(
+                f"PostgreSQL{where} is read-only (a standby, a primary being demoted, or"
+                f" default_transaction_read_only): {_one_line(exc)}; connect to the primary"
+                " (target_session_attrs=read-write in a multi-host URL)") from exc
+        if prepared_statement_clash(exc):
+            raise DatabaseError(
+                f"{_one_line(exc)}: a transaction-mode pooler (PgBouncer) shares server"
+                " connections, so psycopg's prepared statements clash; set"
+                " OUTBOX_PREPARE_THRESHOLD=none (and prepare_threshold=None on the app's own"
+                " psycopg connections)") from exc
         raise DatabaseError(_one_line(exc)) from exc
+
+
+READ_ONLY_STATES = frozenset({"25006"})
+"""SQLSTATEs of a node that answers but cannot write: read_only_sql_transaction
+("cannot execute UPDATE in a read-only transaction", "cannot execute NOTIFY during
+recovery") -- a hot standby, a primary being demoted, or default_transaction_read_only."""
+
+
+def read_only(exc: BaseException) -> bool:
+    """The database answered but refused to write (:data:`READ_ONLY_STATES`)."""
+    return isinstance(exc, psycopg.Error) and exc.sqlstate in READ_ONLY_STATES
+
+
+def outage(exc: BaseException) -> bool:
+    """A failure to wait out, not a bug to report: the connection failed or was cut (no
+    SQLSTATE, 08xxx), the server is shutting down, starting or in recovery (57P0x), out of
+    connections or resources (53xxx), a statement was cancelled (57014), or the node is
+    read-only (:func:`read_only`). A new connection may reach a node that works (a
+    multi-host URL with ``target_session_attrs=read-write`` after a failover)."""
+    return isinstance(exc, psycopg.OperationalError) or read_only(exc)
+
+
+def prepared_statement_clash(exc: BaseException) -> bool:
+    """A psycopg prepared statement (``_pg3_N``) that exists twice or not at all on the
+    server connection: what a transaction-mode pooler does to prepared statements."""
+    return (isinstance(exc, (pg_errors.DuplicatePreparedStatement,
+                             pg_errors.InvalidSqlStatementName))
+            and "_pg3_" in str(exc))
 
 
 def _connection_failure(exc: psycopg.Error) -> bool:

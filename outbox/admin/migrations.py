@@ -5,7 +5,9 @@ Guarantees:
 - All pending migrations apply in version order inside ONE transaction, recorded in
   ``<schema>.schema_migrations``: a failure leaves the database exactly as it was.
 - An advisory transaction lock serialises concurrent runs: the second run waits for the
-  first to commit, then finds nothing pending and changes nothing.
+  first to commit, then finds nothing pending and changes nothing. The lock and the work
+  are one READ COMMITTED transaction (whatever the database's default isolation), so it
+  holds behind a transaction-mode pooler (PgBouncer) too.
 - A recorded migration whose file changed since is reported (:class:`MigrationError`),
   never silently re-applied.
 
@@ -135,6 +137,9 @@ def migrate(conn: psycopg.Connection[tuple[object, ...]], schema: str, *,
     ``conn`` must be idle (not inside a transaction); it is used in its own transaction.
     """
     with translated(), conn.transaction(), conn.cursor() as cur:
+        # Before the lock: a snapshot taken before the lock was granted (REPEATABLE READ
+        # or SERIALIZABLE by default) would not see what the run it waited for committed.
+        cur.execute(queries.MIGRATION_READ_COMMITTED)
         return apply_in_transaction(cur, schema, inbox=inbox)
 
 
@@ -144,6 +149,9 @@ def apply_in_transaction(cursor: Cursor, schema: str, *,
 
     Nothing is committed here: the migrations, their records and the advisory lock (held
     until then, so concurrent runs wait) commit or roll back with the caller's transaction.
+    Concurrent runs are serialised only in READ COMMITTED transactions (the default of
+    PostgreSQL, Django and Alembic): under REPEATABLE READ or SERIALIZABLE the snapshot
+    predates the lock, and a run that waited would not see what the other committed.
     The transaction's ``search_path`` is the same afterwards, so the caller's later
     unqualified statements do not land in ``schema``. Return the migrations applied.
     """

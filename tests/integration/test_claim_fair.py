@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+import weakref
 from collections import Counter
 from typing import Any
 
@@ -33,8 +34,20 @@ def _due(c: psycopg.Connection[Any], endpoint: uuid.UUID, n: int, age_s: float) 
               {"n": n, "ep": endpoint, "age": age_s})
 
 
+# the rotation position per connection, as a worker carries it between claims
+_POSITION: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
 def _claim(c: psycopg.Connection[Any], limit: int) -> list[tuple[Any, ...]]:
-    return c.execute(CLAIM, {"limit": limit, "lease": 30.0, "token": uuid.uuid4()}).fetchall()
+    """One claim as the worker makes it: the rotation's position set, moved and read back
+    in the claim's transaction (nothing kept on the session)."""
+    with c.transaction():
+        c.execute(queries.CLAIM_POSITION_SET, (_POSITION.get(c, ""),))
+        rows = c.execute(CLAIM, {"limit": limit, "lease": 30.0,
+                                 "token": uuid.uuid4()}).fetchall()
+        position = c.execute(queries.CLAIM_POSITION_GET).fetchone()
+    _POSITION[c] = str(position[0] or "") if position else ""
+    return rows
 
 
 def test_quiet_endpoint_is_claimed_at_once_behind_a_burst(db_url: str) -> None:

@@ -68,9 +68,10 @@ def test_the_worker_pins_read_committed(db_url: str) -> None:
         store = Store(settings(db_url))
         await store.open()
         try:
-            async with store.pool.connection() as conn:
-                row = await (await conn.execute("SHOW transaction_isolation")).fetchone()
-                return str(row[0]) if row else ""
+            async with store.connections.transaction() as conn:
+                cur = await conn.execute("SHOW transaction_isolation")
+            row = await cur.fetchone()
+            return str(row[0]) if row else ""
         finally:
             await store.close()
 

@@ -19,6 +19,8 @@ BEGIN_TRANSACTION = "SELECT 1"
 # Saved before and restored after the migrations run in a caller's transaction.
 SHOW_SEARCH_PATH = "SELECT current_setting('search_path')"
 RESTORE_SEARCH_PATH = "SELECT set_config('search_path', %s, true)"
+# `outbox migrate`'s first statement, before the lock (outbox.migrate.migrate).
+MIGRATION_READ_COMMITTED = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"
 # Two processes migrating the same schema at once: the second waits, then finds nothing to do.
 MIGRATION_LOCK = "SELECT pg_advisory_xact_lock(hashtext('outbox.admin.migrations'), hashtext(%s))"
 MIGRATIONS_APPLIED = "SELECT version, name, checksum FROM {schema}.schema_migrations"
