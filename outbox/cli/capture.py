@@ -31,7 +31,9 @@ def capture() -> None:
 @click.option("--type", "event_type", required=True, metavar="TYPE",
               help="The event type of every captured change, e.g. order.changed.")
 @click.option("--key", metavar="COLUMN", help="Column whose value is the ordering key.")
-@click.option("--tenant", metavar="COLUMN", help="Column whose value is the event's tenant.")
+@click.option("--tenant-column", "tenant", metavar="COLUMN",
+              help="Column whose value is the event's tenant (every other command's "
+                   "--tenant scopes it to a tenant; this one names a column).")
 @click.option("--on", "on", default="insert,update,delete", show_default=True,
               metavar="OPS", help="Operations to capture, comma-separated.")
 @click.option("--columns", metavar="A,B,C",

@@ -37,7 +37,7 @@ def _payloads(url: str) -> list[dict[str, Any]]:
 
 def test_insert_update_delete_with_columns_and_key(orders: str) -> None:
     out = invoke(orders, "capture", "add", "orders", "--type", "order.changed", "--key",
-                 "id", "--tenant", "shop", "--columns", "id,status,total")
+                 "id", "--tenant-column", "shop", "--columns", "id,status,total")
     assert out.exit_code == 0, out.output
     assert "capturing orders: delete,insert,update -> order.changed" in out.output
     execute(orders, "INSERT INTO orders VALUES (7, 'new', 9.5, 'n', 'acme')")
@@ -135,7 +135,7 @@ def test_list_and_remove(orders: str) -> None:
     (["orders", "--type", "bad type"], "event type 'bad type' is malformed"),
     (["orders", "--type", "x", "--columns", "id,nope"], "table public.orders has no column nope"),
     (["orders", "--type", "x", "--key", "nokey"], "table public.orders has no column nokey"),
-    (["orders", "--type", "x", "--tenant", "notenant"], "has no column notenant"),
+    (["orders", "--type", "x", "--tenant-column", "notenant"], "has no column notenant"),
     (["orders", "--type", "x", "--on", "insert,truncate"], "not truncate"),
     (["orders", "--type", "x", "--on", ""], "not none"),
     (["orders", "--type", "x", "--columns", ","], "give at least one"),

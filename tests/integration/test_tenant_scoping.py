@@ -212,6 +212,10 @@ EXEMPT = {
     "dead skip": "takes delivery ids: the ids are the scope (the library's skip() also takes "
                  "tenant=, tests/integration/test_ordered.py)",
     "inbox prune": "the receiving side's dedupe ids: received webhooks carry no tenant",
+    "capture add": "schema DDL on one application table (a trigger): --tenant-column names "
+                   "the column that gives each captured event its tenant",
+    "capture list": "the installed triggers: schema, no tenant data",
+    "capture remove": "drops one table's trigger: the table is the scope",
     "serve": "serves every tenant: operators by admin token; each portal session is scoped "
              "to its link's tenant (tests/web/test_isolation.py)",
 }
@@ -363,7 +367,7 @@ PLANS: dict[str, tuple[dict[str, Any], set[str]]] = {
     "STATS_TOP_TENANTS": ({"tenant": None, "limit": 10}, {"deliveries_due"}),
     "STATS_DUE": ({"tenant": "t7"}, {"deliveries_due"}),
     "STATS_BY_ENDPOINT": ({"tenant": "t7"}, {"deliveries_due", "deliveries_finished"}),
-    "DEAD_LIST": ({**_SELECTION, "limit": 50},
+    "DEAD_PAGE": ({**_SELECTION, "limit": 50, "at": None, "after_id": None},
                   {"deliveries_dead_by_time|deliveries_dead_by_id|deliveries_dead"}),
     "REPLAY_BATCH": ({**_SELECTION, "limit": 1000, "after": 0, "actor": "t"},
                      {"deliveries_dead_by_id"}),

@@ -38,7 +38,7 @@ class Command(BaseCommand):
         add.add_argument("table")
         add.add_argument("--type", required=True, dest="event_type")
         add.add_argument("--key", default=None, metavar="COLUMN")
-        add.add_argument("--tenant", default=None, metavar="COLUMN")
+        add.add_argument("--tenant-column", dest="tenant", default=None, metavar="COLUMN")
         add.add_argument("--on", default="insert,update,delete", metavar="OPS")
         add.add_argument("--columns", default=None, metavar="A,B,C")
         sub.add_parser("list", help="the captured tables")
