@@ -1,5 +1,5 @@
 """Every SQL statement of the ``outbox`` package, in one place: this package, one module per
-concern (emit, endpoints, operations, schema, events, console), every statement re-exported
+concern (emit, catalog, endpoints, operations, schema, events, console), every statement re-exported
 here: callers, the worker's registry and the tests included, write ``queries.NAME`` (a test
 checks that every upper-case name of the modules is exported).
 
@@ -10,6 +10,17 @@ always bound parameters (``%s`` / ``%(name)s``), never formatted into the text.
 
 from __future__ import annotations
 
+from outbox._db.queries.catalog import (
+    CATALOG_READ,
+    TYPE_COLUMNS,
+    TYPE_DELETE,
+    TYPE_GET,
+    TYPE_GET_FOR_UPDATE,
+    TYPE_INSERT,
+    TYPE_LIST,
+    TYPE_UPDATE,
+    TYPE_UPSERT,
+)
 from outbox._db.queries.console import CONSOLE_LAST_HOUR
 from outbox._db.queries.emit import (
     COPY_DELIVERIES,
@@ -92,6 +103,7 @@ __all__ = [
     "ALL_TENANT_ENDPOINTS",
     "ATTEMPTS_OF",
     "BEGIN_TRANSACTION",
+    "CATALOG_READ",
     "CONSOLE_LAST_HOUR",
     "COPY_DELIVERIES",
     "COPY_EVENTS",
@@ -152,6 +164,14 @@ __all__ = [
     "STATS_DUE",
     "STATS_TOP_TENANTS",
     "TRANSACTION_ISOLATION",
+    "TYPE_COLUMNS",
+    "TYPE_DELETE",
+    "TYPE_GET",
+    "TYPE_GET_FOR_UPDATE",
+    "TYPE_INSERT",
+    "TYPE_LIST",
+    "TYPE_UPDATE",
+    "TYPE_UPSERT",
     "WAKE",
     "WAKE_CHANNEL",
     "WAKE_CHANNEL_NAME",
