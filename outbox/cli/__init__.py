@@ -33,6 +33,7 @@ def load_commands() -> None:
         secrets,
         serve,
         stats,
+        types,
         worker,
     )
 

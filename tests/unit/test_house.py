@@ -75,6 +75,8 @@ PUBLIC: dict[str, set[str]] = {
     "outbox.admin.types": {"DESCRIPTION_MAX_LENGTH", "EventType", "add", "check_example",
                            "check_name", "check_schema", "deprecate", "get", "list_all", "put",
                            "remove", "update"},
+    "outbox.admin.type_export": {"FORMATS", "HEADERS", "asyncapi", "component_names", "export",
+                                 "jsonschema_bundle", "openapi"},
     "outbox.types": {"EventType", "Registered", "event", "event_type", "publish", "register",
                      "registered", "schema_of"},
     "outbox.cli": {"cli", "load_commands", "main"},
