@@ -6,6 +6,9 @@
 -- the new shape when it is ready while the sender emits both during the change; nothing
 -- in events, routing or signing knows about versions.
 --
+-- tenants says which tenants the portal offers the type to (their endpoints may subscribe to
+-- it there): NULL every tenant, '{}' none (an internal type), else those listed.
+--
 -- event_catalog holds one row whose version a statement trigger bumps on every change of
 -- event_types (whoever makes it: outbox, psql, a restore). Emitting processes keep the
 -- schemas in memory and read this single row only when their copy is older than
@@ -19,6 +22,7 @@ CREATE TABLE IF NOT EXISTS event_types (
     json_schema jsonb,
     example     jsonb,
     deprecated  boolean NOT NULL DEFAULT false,
+    tenants     text[],
     created_at  timestamptz NOT NULL DEFAULT now(),
     updated_at  timestamptz NOT NULL DEFAULT now()
 );

@@ -42,13 +42,22 @@ class Entry:
     _check: Callable[[Any], str | None] | None = None
     _warned: bool = False
 
-    def problem(self, payload: Any) -> str | None:
-        """None if ``payload`` matches the schema, else "at PATH: why" for the first error."""
+    def problem(self, body: str, source: Any = None) -> str | None:
+        """None if the payload matches the schema, else "at PATH: why" for the first error.
+
+        ``body`` is the payload's JSON; ``source``, when not None, the caller's object it
+        was encoded from with JSON's own types alone: checked as is, which saves decoding
+        the body (a dict key JSON would have turned into a string falls back to it)."""
         if self.schema is None:
             return None
         if self._check is None:
             self._check = compile_schema(self.schema)
-        return self._check(payload)
+        if source is not None:
+            try:
+                return self._check(source)
+            except (ValueError, TypeError, OverflowError):
+                pass
+        return self._check(json.loads(body))
 
 
 @dataclass(slots=True)
@@ -182,7 +191,8 @@ def forget() -> None:
         _SNAPSHOTS.clear()
 
 
-def check(snapshot: Snapshot | None, settings: Settings, event_type: str, body: str) -> None:
+def check(snapshot: Snapshot | None, settings: Settings, event_type: str, body: str,
+          source: Any = None) -> None:
     """Raise :class:`InvalidEvent` if the catalog refuses this event (see Settings)."""
     if snapshot is None:
         return
@@ -198,7 +208,7 @@ def check(snapshot: Snapshot | None, settings: Settings, event_type: str, body: 
         log.warning("emitting deprecated event type %r", event_type)
     if entry.schema is None or settings.validate_payloads == "off":
         return
-    problem = entry.problem(json.loads(body))
+    problem = entry.problem(body, source)
     if problem is None:
         return
     message = f"payload of {event_type!r} does not match its schema {problem}"

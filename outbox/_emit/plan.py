@@ -31,6 +31,7 @@ class Batch:
     # position in the caller's list -> position in params (first event with that key)
     slots: list[int] = field(default_factory=list)
     wake: bool = False  # OUTBOX_WAKEUP=notify: the COPY path runs queries.WAKE after it
+    sources: list[Any] = field(default_factory=list)  # PreparedEvent.source, per params row
 
 
 def settings_schema(schema: str | None, settings: Settings | None) -> tuple[Settings, str]:
@@ -68,10 +69,11 @@ def check_types(types: Snapshot | None, settings: Settings, ev: PreparedEvent | 
     if types is None:
         return
     if isinstance(ev, PreparedEvent):
-        catalog.check(types, settings, ev.type, ev.payload)
+        catalog.check(types, settings, ev.type, ev.payload, ev.source)
         return
-    for event_type, body in zip(ev.params["types"], ev.params["payloads"], strict=True):
-        catalog.check(types, settings, event_type, body)
+    for event_type, body, source in zip(ev.params["types"], ev.params["payloads"], ev.sources,
+                                        strict=True):
+        catalog.check(types, settings, event_type, body, source)
 
 
 def plan_one(event: Event, settings: Settings, schema: str, json_default: JsonDefault = None
@@ -107,6 +109,7 @@ def plan_many(events: Iterable[Event], settings: Settings, schema: str,
         if ev.idempotency_key is not None:
             first_by_key[ev.idempotency_key] = len(cols["ids"])
         batch.slots.append(len(cols["ids"]))
+        batch.sources.append(ev.source)
         for name, value in zip(
             cols, (ev.id, ev.type, ev.payload, ev.key, ev.idempotency_key, ev.tenant),
             strict=True

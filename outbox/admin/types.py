@@ -26,8 +26,8 @@ from psycopg.rows import class_row
 from outbox._db import queries
 from outbox._db.connection import render, translated
 from outbox._emit import catalog
-from outbox._emit.event import check_type
-from outbox.errors import EventTypeNotFound, InvalidEvent, InvalidEventType
+from outbox._emit.event import check_tenant, check_type
+from outbox.errors import EventTypeNotFound, InvalidEndpoint, InvalidEvent, InvalidEventType
 
 __all__ = [
     "DESCRIPTION_MAX_LENGTH",
@@ -36,9 +36,12 @@ __all__ = [
     "check_example",
     "check_name",
     "check_schema",
+    "check_subscribable",
     "deprecate",
     "get",
+    "get_offered",
     "list_all",
+    "offered",
     "put",
     "remove",
     "update",
@@ -57,14 +60,20 @@ class EventType:
     json_schema: dict[str, Any] | None
     example: Any
     deprecated: bool
+    tenants: list[str] | None  # the portal offers it to: None every tenant, [] none
     created_at: dt.datetime
     updated_at: dt.datetime
+
+    def offered_to(self, tenant: str) -> bool:
+        """Whether the portal shows this type to ``tenant`` (and lets it subscribe)."""
+        return self.tenants is None or tenant in self.tenants
 
     def as_json(self) -> dict[str, Any]:
         """The entry as the CLI's ``--json`` and the API show it."""
         return {"name": self.name, "description": self.description,
                 "schema": self.json_schema, "example": self.example,
-                "deprecated": self.deprecated, "created_at": self.created_at.isoformat(),
+                "deprecated": self.deprecated, "tenants": self.tenants,
+                "created_at": self.created_at.isoformat(),
                 "updated_at": self.updated_at.isoformat()}
 
 
@@ -135,19 +144,35 @@ def _description(value: object) -> str:
     return value
 
 
-def _params(name: str, description: object, schema: object, example: Any) -> dict[str, Any]:
+def _tenants(value: object) -> list[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise InvalidEventType("tenants must be a list of tenant ids (or None: every tenant)")
+    for tenant in value:
+        try:
+            check_tenant(tenant)
+        except InvalidEvent as exc:
+            raise InvalidEventType(f"tenants: {exc}") from None
+    return sorted(set(value))
+
+
+def _params(name: str, description: object, schema: object, example: Any,
+            tenants: object = None) -> dict[str, Any]:
     checked = None if schema is None else check_schema(schema)
     check_example(checked, example)
     return {"name": check_name(name), "description": _description(description),
             "json_schema": None if checked is None else json.dumps(checked),
-            "example": None if example is None else json.dumps(example)}
+            "example": None if example is None else json.dumps(example),
+            "tenants": _tenants(tenants)}
 
 
 def add(conn: psycopg.Connection[Any], name: str, *, schema: str,
         json_schema: dict[str, Any] | None = None, description: str | None = None,
-        example: Any = None) -> EventType:
-    """Register a new type; InvalidEventType if ``name`` is already registered."""
-    params = _params(name, description, json_schema, example)
+        example: Any = None, tenants: list[str] | None = None) -> EventType:
+    """Register a new type; InvalidEventType if ``name`` is already registered.
+    ``tenants``: whom the portal offers it to (None: every tenant; []: none, internal)."""
+    params = _params(name, description, json_schema, example, tenants)
     with translated(), conn.cursor(row_factory=_ROW) as cur:
         found = cur.execute(render(queries.TYPE_INSERT, schema), params).fetchone()
     if found is None:
@@ -178,6 +203,34 @@ def list_all(conn: psycopg.Connection[Any], *, schema: str) -> list[EventType]:
         return cur.execute(render(queries.TYPE_LIST, schema)).fetchall()
 
 
+def offered(conn: psycopg.Connection[Any], tenant: str, *, schema: str) -> list[EventType]:
+    """The types the portal offers ``tenant``, by name."""
+    with translated(), conn.cursor(row_factory=_ROW) as cur:
+        return cur.execute(render(queries.TYPE_LIST_TENANT, schema), (tenant,)).fetchall()
+
+
+def get_offered(conn: psycopg.Connection[Any], name: str, tenant: str, *,
+                schema: str) -> EventType:
+    """``name`` if the portal offers it to ``tenant``, else EventTypeNotFound (as if absent)."""
+    found = get(conn, name, schema=schema)
+    if not found.offered_to(tenant):
+        raise EventTypeNotFound(f"no event type {name!r} in the catalog")
+    return found
+
+
+def check_subscribable(conn: psycopg.Connection[Any], tenant: str,
+                       filters: list[str] | None, *, schema: str) -> None:
+    """InvalidEndpoint if an exact filter of a ``tenant``'s endpoint names a registered type
+    the portal does not offer that tenant (prefix patterns and unregistered types pass)."""
+    if not filters:
+        return
+    names = {t.name: t for t in list_all(conn, schema=schema)}
+    for name in filters:
+        entry = names.get(name)
+        if entry is not None and not entry.offered_to(tenant):
+            raise InvalidEndpoint(f"event type {name!r} is not offered to this tenant")
+
+
 def get(conn: psycopg.Connection[Any], name: str, *, schema: str) -> EventType:
     with translated(), conn.cursor(row_factory=_ROW) as cur:
         found = cur.execute(render(queries.TYPE_GET, schema), (name,)).fetchone()
@@ -188,7 +241,7 @@ def get(conn: psycopg.Connection[Any], name: str, *, schema: str) -> EventType:
 
 def update(conn: psycopg.Connection[Any], name: str, *, schema: str,
            json_schema: Any = _KEEP, description: Any = _KEEP, example: Any = _KEEP,
-           deprecated: bool | None = None) -> EventType:
+           deprecated: bool | None = None, tenants: Any = _KEEP) -> EventType:
     """Change the given fields (the others are kept; ``json_schema=None`` drops the schema,
     ``example=None`` the example). The example is checked against the resulting schema."""
     with translated(), conn.cursor(row_factory=_ROW) as cur:
@@ -197,7 +250,8 @@ def update(conn: psycopg.Connection[Any], name: str, *, schema: str,
             raise EventTypeNotFound(f"no event type {name!r} in the catalog")
         params = _params(name, old.description if description is _KEEP else description,
                          old.json_schema if json_schema is _KEEP else json_schema,
-                         old.example if example is _KEEP else example)
+                         old.example if example is _KEEP else example,
+                         old.tenants if tenants is _KEEP else tenants)
         params["deprecated"] = old.deprecated if deprecated is None else bool(deprecated)
         found = cur.execute(render(queries.TYPE_UPDATE, schema), params).fetchone()
     catalog.forget()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
+import sys
 from typing import Any
 
 import click
@@ -16,6 +18,17 @@ from outbox.cli.root import Context, cli, pass_ctx
 
 _KEEP: Any = object()
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+tenant_option = click.option(
+    "--tenant", "tenants", multiple=True, metavar="TENANT",
+    help="Offer the type in the portal to this tenant only (repeatable; default: every tenant).")
+internal_option = click.option("--internal", is_flag=True,
+                               help="Offer the type to no tenant in the portal.")
+
+
+def audience(tenants: tuple[str, ...], internal: bool) -> list[str] | None:
+    if internal and tenants:
+        raise click.UsageError("--internal and --tenant exclude each other")
+    return [] if internal else (list(tenants) or None)
 
 
 def read_json(path: str | None, option: str) -> Any:
@@ -39,6 +52,8 @@ def show(entry: catalog.EventType, as_json: bool) -> None:
     click.echo(f"name:        {entry.name}")
     click.echo(f"description: {entry.description or '-'}")
     click.echo(f"deprecated:  {'yes' if entry.deprecated else 'no'}")
+    click.echo("tenants:     " + ("every tenant" if entry.tenants is None else
+                                 ", ".join(entry.tenants) or "none (internal)"))
     click.echo(f"updated:     {when(entry.updated_at)}")
     click.echo("schema:      " + ("-" if entry.json_schema is None else
                                  json.dumps(entry.json_schema, indent=2)))
@@ -69,17 +84,21 @@ def types() -> None:
               help="JSON Schema (draft 2020-12) payloads must match ('-': stdin).")
 @click.option("--description", default=None, help="What the event means, for receivers.")
 @click.option("--example", "example_file", metavar="FILE", help="An example payload (JSON).")
+@tenant_option
+@internal_option
 @json_option
 @pass_ctx
 def add(ctx: Context, name: str, schema_file: str | None, description: str | None,
-        example_file: str | None, as_json: bool) -> None:
+        example_file: str | None, tenants: tuple[str, ...], internal: bool,
+        as_json: bool) -> None:
     """Register event type NAME (refused if it exists: use update)."""
     schema, example = read_json(schema_file, "--schema"), read_json(example_file, "--example")
     with ctx.connect() as conn:
         entry = catalog.add(conn, name, schema=ctx.schema,
                             json_schema=None if schema is _KEEP else schema,
                             description=description,
-                            example=None if example is _KEEP else example)
+                            example=None if example is _KEEP else example,
+                            tenants=audience(tenants, internal))
     show(entry, as_json) if as_json else click.echo(f"registered {entry.name}")
 
 
@@ -114,14 +133,23 @@ def show_type(ctx: Context, name: str, as_json: bool) -> None:
 @click.option("--no-schema", is_flag=True, help="Drop the schema (payloads go unchecked).")
 @click.option("--description", default=None, help="New description.")
 @click.option("--example", "example_file", metavar="FILE", help="New example payload.")
+@tenant_option
+@internal_option
+@click.option("--all-tenants", is_flag=True, help="Offer the type to every tenant again.")
 @json_option
 @pass_ctx
 def update(ctx: Context, name: str, schema_file: str | None, no_schema: bool,
-           description: str | None, example_file: str | None, as_json: bool) -> None:
-    """Change NAME's schema, description or example (the example must match the schema)."""
+           description: str | None, example_file: str | None, tenants: tuple[str, ...],
+           internal: bool, all_tenants: bool, as_json: bool) -> None:
+    """Change NAME's schema, description, example or tenants (the example must match the
+    schema)."""
     if no_schema and schema_file:
         raise click.UsageError("--schema and --no-schema exclude each other")
+    if all_tenants and (tenants or internal):
+        raise click.UsageError("--all-tenants excludes --tenant and --internal")
+    offered = audience(tenants, internal)
     changes: dict[str, Any] = {
+        "tenants": None if all_tenants else (_KEEP if offered is None else offered),
         "json_schema": None if no_schema else read_json(schema_file, "--schema"),
         "example": read_json(example_file, "--example"),
         "description": _KEEP if description is None else description}
@@ -163,10 +191,12 @@ def remove(ctx: Context, name: str, as_json: bool) -> None:
 @json_option
 @pass_ctx
 def publish(ctx: Context, modules: tuple[str, ...], as_json: bool) -> None:
-    """Import MODULES and write the pydantic models they register (outbox.types.register)
-    to the catalog, in one transaction."""
+    """Import MODULES (from the current directory too) and write the pydantic models they
+    register (outbox.types.register) to the catalog, in one transaction."""
     import outbox.types
 
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     for name in modules:
         try:
             importlib.import_module(name)

@@ -97,7 +97,7 @@ def test_pydantic_model_registers_its_schema_and_emits(
         auto: psycopg.Connection[Any], db_url: str) -> None:
     outbox.types.register(InvoicePaid, name="test.invoice.paid",
                           example=InvoicePaid(invoice_id="in_1", amount_cents=5))
-    assert outbox.types.publish(auto, schema=SCHEMA) == ["test.invoice.paid"]
+    assert "test.invoice.paid" in outbox.types.publish(auto, schema=SCHEMA)
     assert outbox.types.publish(auto, schema=SCHEMA) == []  # unchanged: nothing written
     stored = types.get(auto, "test.invoice.paid", schema=SCHEMA)
     assert stored.json_schema == InvoicePaid.model_json_schema(mode="serialization")
@@ -207,3 +207,21 @@ def test_fresh_copy_adds_no_query(auto: psycopg.Connection[Any], db_url: str) ->
         with pytest.raises(outbox.SchemaMissing, match="outbox migrate"):
             outbox.emit(c, Event("invoice.paid", {"amount": 1}), settings=stale)
     assert count(db_url, "events") == 21
+
+
+def test_the_check_sees_the_json_emit_sends(auto: psycopg.Connection[Any], db_url: str) -> None:
+    """Payloads are checked as the JSON they are sent as: a Decimal is a string there, an
+    int dict key a string, a tuple an array, a pydantic model its model_dump(mode="json")."""
+    import decimal
+
+    strict = {"type": "object", "additionalProperties": False, "properties": {
+        "price": {"type": "string"}, "tags": {"type": "array"},
+        "by_id": {"type": "object", "propertyNames": {"pattern": "^[0-9]+$"}}}}
+    types.add(auto, "priced", schema=SCHEMA, json_schema=strict)
+    emit_one(db_url, Event("priced", {"price": decimal.Decimal("9.99"), "tags": ("a", "b"),
+                                      "by_id": {1: "x"}}))
+    with pytest.raises(InvalidEvent, match=r"at \$\.price: 9\.99 is not of type"):
+        emit_one(db_url, Event("priced", {"price": 9.99}))
+    types.add(auto, "model", schema=SCHEMA, json_schema=InvoicePaid.model_json_schema())
+    emit_one(db_url, Event("model", InvoicePaid(invoice_id="i", amount_cents=1)))
+    assert count(db_url, "events") == 2

@@ -18,6 +18,7 @@ from outbox._db.queries.catalog import (
     TYPE_GET_FOR_UPDATE,
     TYPE_INSERT,
     TYPE_LIST,
+    TYPE_LIST_TENANT,
     TYPE_UPDATE,
     TYPE_UPSERT,
 )
@@ -170,6 +171,7 @@ __all__ = [
     "TYPE_GET_FOR_UPDATE",
     "TYPE_INSERT",
     "TYPE_LIST",
+    "TYPE_LIST_TENANT",
     "TYPE_UPDATE",
     "TYPE_UPSERT",
     "WAKE",

@@ -17,13 +17,14 @@ SELECT c.version,
 """
 
 TYPE_COLUMNS = """
-    name, description, json_schema, example, deprecated, created_at, updated_at
+    name, description, json_schema, example, deprecated, tenants, created_at, updated_at
 """
 
 TYPE_INSERT = (
     """
-INSERT INTO {schema}.event_types (name, description, json_schema, example)
-VALUES (%(name)s, %(description)s, %(json_schema)s::jsonb, %(example)s::jsonb)
+INSERT INTO {schema}.event_types (name, description, json_schema, example, tenants)
+VALUES (%(name)s, %(description)s, %(json_schema)s::jsonb, %(example)s::jsonb,
+        %(tenants)s::text[])
 ON CONFLICT (name) DO NOTHING
 RETURNING"""
     + TYPE_COLUMNS
@@ -44,6 +45,12 @@ RETURNING"""
 
 TYPE_LIST = "SELECT" + TYPE_COLUMNS + "FROM {schema}.event_types ORDER BY name"
 
+# The types the portal offers one tenant.
+TYPE_LIST_TENANT = (
+    "SELECT" + TYPE_COLUMNS + "FROM {schema}.event_types"
+    " WHERE tenants IS NULL OR %s = ANY (tenants) ORDER BY name"
+)
+
 TYPE_GET = "SELECT" + TYPE_COLUMNS + "FROM {schema}.event_types WHERE name = %s"
 
 TYPE_GET_FOR_UPDATE = TYPE_GET + " FOR UPDATE"
@@ -52,7 +59,8 @@ TYPE_UPDATE = (
     """
 UPDATE {schema}.event_types
    SET description = %(description)s, json_schema = %(json_schema)s::jsonb,
-       example = %(example)s::jsonb, deprecated = %(deprecated)s, updated_at = now()
+       example = %(example)s::jsonb, deprecated = %(deprecated)s,
+       tenants = %(tenants)s::text[], updated_at = now()
  WHERE name = %(name)s
 RETURNING"""
     + TYPE_COLUMNS
