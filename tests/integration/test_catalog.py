@@ -4,6 +4,9 @@ remove), outbox.types (pydantic models), and emit's modes and cache, on a real P
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 from typing import Any
 
 import psycopg
@@ -225,3 +228,19 @@ def test_the_check_sees_the_json_emit_sends(auto: psycopg.Connection[Any], db_ur
     types.add(auto, "model", schema=SCHEMA, json_schema=InvoicePaid.model_json_schema())
     emit_one(db_url, Event("model", InvoicePaid(invoice_id="i", amount_cents=1)))
     assert count(db_url, "events") == 2
+
+
+def test_emitting_without_schemas_imports_no_validator(db_url: str) -> None:
+    """An app whose catalog has no schema needs nothing beyond today's install: the
+    validator (jsonschema-rs, the catalog extra) is imported only to check a schema."""
+    script = (
+        "import sys, psycopg, outbox\n"
+        "with psycopg.connect(sys.argv[1]) as c:\n"
+        "    outbox.emit(c, outbox.Event('free.type', {'a': 1}))\n"
+        "    c.commit()\n"
+        "assert 'jsonschema_rs' not in sys.modules, 'the validator was imported'\n"
+        "print('ok')\n")
+    done = subprocess.run([sys.executable, "-c", script, db_url], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "OUTBOX_SCHEMA": SCHEMA})
+    assert done.stdout.strip() == "ok", done.stderr
+    assert count(db_url, "events") == 1

@@ -85,8 +85,10 @@ def test_bad_input_is_a_clear_error_and_nothing_written(
 
 
 def test_publish_registers_a_modules_models(db_url: str) -> None:
+    # (the process's registry may hold other tests' models too: it is per process)
     seen = ok(db_url, "types", "publish", "tests.support.catalog_models", "--json")
-    assert seen["changed"] == ["shop.order.placed"]
+    assert "shop.order.placed" in seen["changed"]
+    assert set(seen["changed"]) == set(seen["registered"])
     shown = ok(db_url, "types", "show", "shop.order.placed", "--json")
     assert shown["description"] == "An order was placed."
     assert shown["schema"]["$defs"]["Line"]["required"] == ["sku", "quantity"]
@@ -109,7 +111,7 @@ def test_exports(db_url: str, files: Path, tmp_path: Path) -> None:
     doc = export(db_url, "openapi", tmp_path)
     validate(doc)  # openapi-spec-validator: a valid OpenAPI 3.1 document
     assert doc["openapi"] == "3.1.0"
-    assert sorted(doc["webhooks"]) == ["invoice.paid", "invoice.voided", "shop.order.placed"]
+    assert {"invoice.paid", "invoice.voided", "shop.order.placed"} <= set(doc["webhooks"])
     paid = doc["webhooks"]["invoice.paid"]["post"]
     assert [p["$ref"].rsplit("/", 1)[1] for p in paid["parameters"]] == [
         "webhook-id", "webhook-timestamp", "webhook-signature"]
