@@ -5,11 +5,11 @@ Schema (checked) and as a type the catalog does not know (unchecked).
                                       [--synchronous-commit off]
 
 Interleaved on one psycopg 3 connection in the same run (which goes first alternates), one
-enabled endpoint subscribed to both types, each emit in its own transaction (the app's INSERT left out: the ratio is of
-the emit alone, the harshest view). The catalog is held by the process (the default
-OUTBOX_CATALOG_REFRESH_SECONDS, re-read when stale, as an application sees it). Also
-``emit_many`` of 1,000 events, and the check alone (jsonschema-rs, per event, in process).
-Prints medians and ratios, then a JSON line.
+enabled endpoint subscribed to both types, each emit in its own transaction (the app's
+INSERT left out: the ratio is of the emit alone, the harshest view). The catalog is held
+by the process (the default OUTBOX_CATALOG_REFRESH_SECONDS, re-read when stale, as an
+application sees it). Also ``emit_many`` of 1,000 events, and the check alone
+(jsonschema-rs, per event, in process). Prints medians and ratios, then a JSON line.
 """
 
 from __future__ import annotations
