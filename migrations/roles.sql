@@ -23,6 +23,9 @@ GRANT SELECT (id, type, tenant, key, idempotency_key) ON :"schema".events TO :"a
 GRANT SELECT (id, tenant, all_tenants, enabled, event_types, ordered) ON :"schema".endpoints
     TO :"app_role";
 GRANT EXECUTE ON FUNCTION :"schema".emit(text, jsonb, text, text, text) TO :"app_role";
+-- the event catalog emit checks payloads against (migrations/0012_event_types.sql)
+GRANT SELECT ON :"schema".event_catalog TO :"app_role";
+GRANT SELECT (name, json_schema, deprecated) ON :"schema".event_types TO :"app_role";
 
 -- worker
 GRANT SELECT, UPDATE, DELETE ON :"schema".deliveries TO :"worker_role";

@@ -13,6 +13,8 @@ Exception tree::
     ├── InvalidEndpoint         URL, secret, header or filter refused before any SQL ran
     ├── EndpointNotFound        no endpoint with that id
     ├── DeliveryNotFound        no delivery with that id
+    ├── InvalidEventType        a catalog entry (name, schema, example) refused; nothing written
+    ├── EventTypeNotFound       no event type of that name in the catalog
     ├── OperationRefused        an operator command would do harm (e.g. replay onto a
     │                           disabled endpoint); nothing was changed
     ├── InvalidWebhook          a received webhook was refused (receiver side)
@@ -32,8 +34,10 @@ __all__ = [
     "DatabaseUnavailable",
     "DeliveryNotFound",
     "EndpointNotFound",
+    "EventTypeNotFound",
     "InvalidEndpoint",
     "InvalidEvent",
+    "InvalidEventType",
     "InvalidSignature",
     "InvalidWebhook",
     "MalformedWebhook",
@@ -83,6 +87,15 @@ class EndpointNotFound(OutboxError):
 
 class DeliveryNotFound(OutboxError):
     """No delivery has the given id."""
+
+
+class InvalidEventType(OutboxError):
+    """An event type's name, JSON Schema, example or description was refused (the message
+    names the problem, and the JSON path for an example); nothing was written."""
+
+
+class EventTypeNotFound(OutboxError):
+    """No event type of the given name is registered in the catalog."""
 
 
 class OperationRefused(OutboxError):

@@ -64,6 +64,16 @@ class Settings(BaseSettings):
     # like json.dumps' default for types outbox.Event does not encode itself. Imported on
     # first use (json_default_hook), not here: the module may import outbox.
     json_default: str = ""
+    # The event catalog (outbox.types): OUTBOX_VALIDATE -- "strict" refuses a payload that
+    # does not match its registered type's JSON Schema (InvalidEvent, nothing written),
+    # "warn" logs it and emits, "off" never checks (nor reads the catalog).
+    validate_payloads: Literal["strict", "warn", "off"] = Field(
+        default="strict", validation_alias=AliasChoices("OUTBOX_VALIDATE", "validate_payloads"))
+    # OUTBOX_REQUIRE_REGISTERED_TYPES=true: emitting a type absent from the catalog is refused.
+    require_registered_types: bool = False
+    # How old a process's copy of the catalog may get before emit re-reads its version row
+    # (one tiny SELECT per process and database at most this often; 0: before every emit).
+    catalog_refresh_seconds: float = Field(default=5.0, ge=0)
 
     @field_validator("allow_networks")
     @classmethod

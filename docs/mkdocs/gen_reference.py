@@ -43,6 +43,12 @@ MEANINGS: dict[str, str] = {
     # outbox.settings.Settings: the app (emit), the CLI, the worker and the web interface
     "database_url": "Where the outbox tables live (`DATABASE_URL` is read when this is unset).",
     "schema_name": "Schema of the outbox tables: a lowercase SQL identifier.",
+    "validate_payloads": ("`OUTBOX_VALIDATE`: a payload whose type has a schema in the event "
+                          "catalog is checked at emit: `strict` refuses a mismatch "
+                          "(`InvalidEvent`), `warn` logs it, `off` skips the check."),
+    "require_registered_types": "Refuse at emit an event whose type is not in the catalog.",
+    "catalog_refresh_seconds": ("How long a process uses its copy of the catalog before it "
+                                "reads the catalog's version row again (0: every emit)."),
     "max_payload_bytes": "Largest serialised payload `emit` accepts "
                          "(over it: `InvalidEvent`, nothing written).",
     "prepare_threshold": "Runs of a statement on a connection before it is prepared: psycopg "

@@ -92,6 +92,9 @@ class PreparedEvent:
     key: str | None
     idempotency_key: str | None
     tenant: str | None
+    # The caller's payload object when it encoded with JSON's own types alone (no default
+    # hook ran), so the catalog may check it without decoding ``payload``; else None.
+    source: Any = None
 
 
 def new_id() -> uuid.UUID:
@@ -112,6 +115,7 @@ def prepare(event: Event, max_payload_bytes: int, *,
     _check_key("idempotency_key", event.idempotency_key)
     check_tenant(event.tenant)
     encoder = _ENCODER if json_default is None else _encoder_for(json_default)
+    defaults_before = _DEFAULTS[0]
     try:  # the plain-JSON path: one C-encoder call, as before the extra types
         body = encoder.encode(event.payload)
         size = len(body.encode("utf-8"))
@@ -124,9 +128,10 @@ def prepare(event: Event, max_payload_bytes: int, *,
             f"payload of {event.type!r} is {size} bytes, over the {max_payload_bytes}-byte limit"
             " (OUTBOX_MAX_PAYLOAD_BYTES)"
         )
+    plain = _DEFAULTS[0] == defaults_before  # no default ran, in this thread or another
     return PreparedEvent(new_id(), event.type, body, event.key,
                          stored_idempotency_key(event.tenant, event.idempotency_key),
-                         event.tenant)
+                         event.tenant, event.payload if plain else None)
 
 
 class _HookFailed(Exception):
@@ -155,6 +160,9 @@ def _builtin(o: Any) -> Any:
 
 
 _UNKNOWN = object()
+# How many times an encoder's default ran, in any thread (prepare compares it before and
+# after encoding: unchanged means the payload held JSON's own types only).
+_DEFAULTS = [0]
 _HINTS: dict[type[Any], str] = {set: "a set has no order: pass sorted(...) or a list",
           frozenset: "a set has no order: pass sorted(...) or a list",
           bytes: "encode bytes first, e.g. base64", bytearray: "encode bytes first, e.g. base64"}
@@ -168,6 +176,7 @@ def _refuse(o: Any, hooked: bool) -> TypeError:
 
 def _checked_builtin(o: Any) -> Any:
     """:func:`_builtin`, whose every other failure is a ``_HookFailed``."""
+    _DEFAULTS[0] += 1
     try:
         return _builtin(o)
     except (TypeError, ValueError):

@@ -12,6 +12,8 @@ from typing import Any, cast
 
 from outbox._db import queries
 from outbox._db.connection import render
+from outbox._emit import catalog
+from outbox._emit.catalog import Snapshot
 from outbox._emit.event import Event, PreparedEvent, prepare
 from outbox._emit.tracing import current_traceparent
 from outbox.errors import OutboxError
@@ -29,6 +31,7 @@ class Batch:
     # position in the caller's list -> position in params (first event with that key)
     slots: list[int] = field(default_factory=list)
     wake: bool = False  # OUTBOX_WAKEUP=notify: the COPY path runs queries.WAKE after it
+    sources: list[Any] = field(default_factory=list)  # PreparedEvent.source, per params row
 
 
 def settings_schema(schema: str | None, settings: Settings | None) -> tuple[Settings, str]:
@@ -39,6 +42,38 @@ def settings_schema(schema: str | None, settings: Settings | None) -> tuple[Sett
 def hook(settings: Settings, json_default: JsonDefault) -> JsonDefault:
     """The caller's ``json_default``, else ``OUTBOX_JSON_DEFAULT``'s (or None)."""
     return json_default if json_default is not None else settings.json_default_hook
+
+
+def catalog_read(settings: Settings, database: str, schema: str) -> tuple[str, Any] | None:
+    """The statement a runner runs before planning to refresh the catalog (psycopg's
+    placeholders), or None: the catalog is off, or this process holds a fresh copy (the
+    common case: no query at all; see :mod:`outbox._emit.catalog`)."""
+    if not catalog.wanted(settings) or catalog.fresh(settings, database, schema) is not None:
+        return None
+    return render(queries.CATALOG_READ, schema), (catalog.known_version(database, schema),)
+
+
+def catalog_snapshot(settings: Settings, database: str, schema: str,
+                     row: tuple[Any, ...] | None = None, read: bool = False) -> Snapshot | None:
+    """The snapshot to plan with: ``row`` is CATALOG_READ's, when ``read``."""
+    if not catalog.wanted(settings):
+        return None
+    if read:
+        return catalog.store(database, schema, row)
+    return catalog.fresh(settings, database, schema)
+
+
+def check_types(types: Snapshot | None, settings: Settings, ev: PreparedEvent | Batch) -> None:
+    """Check the prepared event, or every event of the batch, against the catalog ``types``
+    (None: unchecked); :class:`~outbox.errors.InvalidEvent` before any write."""
+    if types is None:
+        return
+    if isinstance(ev, PreparedEvent):
+        catalog.check(types, settings, ev.type, ev.payload, ev.source)
+        return
+    for event_type, body, source in zip(ev.params["types"], ev.params["payloads"], ev.sources,
+                                        strict=True):
+        catalog.check(types, settings, event_type, body, source)
 
 
 def plan_one(event: Event, settings: Settings, schema: str, json_default: JsonDefault = None
@@ -74,6 +109,7 @@ def plan_many(events: Iterable[Event], settings: Settings, schema: str,
         if ev.idempotency_key is not None:
             first_by_key[ev.idempotency_key] = len(cols["ids"])
         batch.slots.append(len(cols["ids"]))
+        batch.sources.append(ev.source)
         for name, value in zip(
             cols, (ev.id, ev.type, ev.payload, ev.key, ev.idempotency_key, ev.tenant),
             strict=True

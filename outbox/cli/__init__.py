@@ -34,6 +34,7 @@ def load_commands() -> None:
         secrets,
         serve,
         stats,
+        types,
         worker,
     )
 

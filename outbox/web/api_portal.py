@@ -20,6 +20,7 @@ from outbox.admin import deadletter as dl
 from outbox.admin import endpoints as ep
 from outbox.admin import events as ev
 from outbox.admin import replay as rp
+from outbox.admin import types as catalog
 from outbox.errors import DeliveryNotFound, EndpointNotFound, OperationRefused
 from outbox.web.api_ops import Limit, dead_cursor, run_replay
 from outbox.web.auth import require_portal
@@ -68,6 +69,7 @@ def list_endpoints(tenant: Tenant, conn: Conn, settings: AppSettings) -> JSONRes
 def create_endpoint(body: PortalEndpointIn, tenant: Tenant, conn: Conn,
                     settings: AppSettings, response: Response) -> dict[str, Any]:
     """Add an endpoint of the tenant; its secret is in this answer only."""
+    catalog.check_subscribable(conn, tenant, body.event_types, schema=settings.schema_name)
     created = ep.add(conn, body.url, schema=settings.schema_name, event_types=body.event_types,
                      tenant=tenant, secret=body.secret, headers=body.headers,
                      description=body.description, allow_networks=portal_allow_networks(settings),
@@ -89,6 +91,7 @@ def update_endpoint(endpoint_id: str, body: PortalEndpointPatch, tenant: Tenant,
                     settings: AppSettings) -> dict[str, Any]:
     schema = settings.schema_name
     endpoint = own_endpoint(conn, schema, tenant, endpoint_id)
+    catalog.check_subscribable(conn, tenant, body.event_types, schema=schema)
     done = ep.update(conn, endpoint.id, schema=schema, url=body.url,
                      event_types=body.event_types or None,
                      all_event_types=body.all_event_types, headers=body.headers,
@@ -129,6 +132,26 @@ def rotate_secret(endpoint_id: str, tenant: Tenant, conn: Conn, settings: AppSet
                                box=settings.secret_box())
     response.headers["Cache-Control"] = "no-store"
     return {"endpoint": endpoint_json(rotated.endpoint), "secret": rotated.secret}
+
+
+@router.get("/types")
+def list_types(tenant: Tenant, conn: Conn, settings: AppSettings) -> JSONResponse:
+    """The event catalog as this tenant sees it: the types its endpoints may subscribe to,
+    with schema and example."""
+    found = catalog.offered(conn, tenant, schema=settings.schema_name)
+    return listing({"types": [_public(t) for t in found]})
+
+
+@router.get("/types/{name:path}")
+def get_type(name: str, tenant: Tenant, conn: Conn, settings: AppSettings) -> dict[str, Any]:
+    """One type the tenant is offered (404 otherwise, as if it did not exist)."""
+    return {"type": _public(catalog.get_offered(conn, name, tenant,
+                                                schema=settings.schema_name))}
+
+
+def _public(entry: catalog.EventType) -> dict[str, Any]:
+    """A catalog entry as a tenant sees it (not which other tenants are offered it)."""
+    return {k: v for k, v in entry.as_json().items() if k != "tenants"}
 
 
 @router.get("/events")

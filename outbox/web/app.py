@@ -23,7 +23,17 @@ from outbox.admin.migrations import available
 from outbox.admin.portal import WebSettings, web_settings
 from outbox.errors import OutboxError
 from outbox.settings import Settings
-from outbox.web import api_endpoints, api_ops, api_portal, auth, console, errors, portal_pages
+from outbox.web import (
+    api_endpoints,
+    api_ops,
+    api_portal,
+    api_types,
+    auth,
+    catalog_pages,
+    console,
+    errors,
+    portal_pages,
+)
 
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/login", "/logout", "/portal/enter",
                           "/api/openapi.json", "/api/docs"})
@@ -177,6 +187,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     operator = [Depends(auth.require_operator), Depends(auth.verify_csrf)]
     api.include_router(api_endpoints.router, dependencies=operator)
     api.include_router(api_ops.router, dependencies=operator)
+    api.include_router(api_types.router, dependencies=operator)
     api.include_router(api_portal.router,
                        dependencies=[Depends(auth.require_portal), Depends(auth.verify_csrf)])
     app.include_router(api)
@@ -187,6 +198,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # dependencies; tests/web/test_auth.py checks every route refuses without them.
     app.include_router(console.router, include_in_schema=False)
     app.include_router(portal_pages.router, prefix="/portal", include_in_schema=False)
+    app.include_router(catalog_pages.console_router, include_in_schema=False)
+    app.include_router(catalog_pages.portal_router, prefix="/portal", include_in_schema=False)
     app.add_middleware(BodyLimit, limit=web.max_body_bytes)
     app.add_middleware(SecurityHeaders)
     return app

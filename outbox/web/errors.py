@@ -26,6 +26,8 @@ _OUTBOX_ERRORS: list[tuple[type[Exception], int, str]] = [
     (errors.EndpointNotFound, 404, "endpoint_not_found"),
     (errors.DeliveryNotFound, 404, "delivery_not_found"),
     (EventNotFound, 404, "event_not_found"),
+    (errors.EventTypeNotFound, 404, "event_type_not_found"),
+    (errors.InvalidEventType, 422, "invalid_event_type"),
     (errors.InvalidEndpoint, 422, "invalid_endpoint"),
     (errors.InvalidEvent, 422, "invalid_parameter"),
     (errors.OperationRefused, 409, "operation_refused"),

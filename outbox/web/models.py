@@ -3,7 +3,7 @@ silently does nothing; the library validates the values themselves before any SQ
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Body
 from pydantic import BaseModel, ConfigDict, Field
@@ -118,3 +118,29 @@ class PortalReplayIn(Strict):
 
 OptionalDisable = Annotated[DisableIn | None, Body()]
 OptionalRotate = Annotated[RotateIn | None, Body()]
+
+
+class EventTypeIn(Strict):
+    """``POST /api/types``: as ``outbox types add``. ``schema``: a JSON Schema (draft
+    2020-12) object; ``tenants``: whom the portal offers it to (null: every tenant)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    name: str = Field(max_length=128)
+    json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
+    description: str | None = Field(default=None, max_length=2000)
+    example: Any = None
+    tenants: list[str] | None = Field(default=None, max_length=1000)
+
+
+class EventTypePatch(Strict):
+    """``PATCH /api/types/{name}``: absent fields keep their value; ``"schema": null``
+    drops the schema, ``"tenants": null`` offers the type to every tenant."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
+    description: str | None = Field(default=None, max_length=2000)
+    example: Any = None
+    deprecated: bool | None = None
+    tenants: list[str] | None = Field(default=None, max_length=1000)

@@ -23,8 +23,10 @@ from outbox.errors import (
     ConfigurationError,
     DeliveryNotFound,
     EndpointNotFound,
+    EventTypeNotFound,
     InvalidEndpoint,
     InvalidEvent,
+    InvalidEventType,
     OperationRefused,
 )
 
@@ -87,8 +89,8 @@ def render(request: Request, name: str, context: Mapping[str, Any], *,
     return response
 
 
-NOT_FOUND = (EndpointNotFound, DeliveryNotFound, EventNotFound)
-BAD_INPUT = (InvalidEndpoint, InvalidEvent, ConfigurationError, ValueError)
+NOT_FOUND = (EndpointNotFound, DeliveryNotFound, EventNotFound, EventTypeNotFound)
+BAD_INPUT = (InvalidEndpoint, InvalidEvent, InvalidEventType, ConfigurationError, ValueError)
 REFUSED = (*NOT_FOUND, *BAD_INPUT, OperationRefused)  # every refusal error_page answers
 
 

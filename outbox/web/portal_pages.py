@@ -23,6 +23,7 @@ from outbox.admin import deadletter
 from outbox.admin import endpoints as ep
 from outbox.admin import events as ev
 from outbox.admin import replay as rp
+from outbox.admin import types as catalog
 from outbox.errors import DeliveryNotFound, EndpointNotFound, OperationRefused
 from outbox.web import auth
 from outbox.web.deps import connection, portal_allow_networks
@@ -99,7 +100,13 @@ def _home(request: Request, page: dict[str, Any], conn: psycopg.Connection[Any],
     rows = [{"endpoint": e, "health": health.get(e.id)} for e in mine]
     return render(request, "portal_endpoints.html", {
         **page, "page": "endpoints", "rows": rows, "notice": notice, "error": error,
-        "form": form or {}}, status_code=status)
+        "form": form or {}, "offered": _offered(conn, request, tenant)}, status_code=status)
+
+
+def _offered(conn: psycopg.Connection[Any], request: Request, tenant: str) -> list[str]:
+    """The registered types the endpoint form offers the tenant (the catalog's names)."""
+    return [t.name for t in catalog.offered(conn, tenant, schema=_schema(request))
+            if not t.deprecated]
 
 
 @router.post("/endpoints", response_class=HTMLResponse, include_in_schema=False)
@@ -109,6 +116,8 @@ def add(request: Request, page: Page, _: Posted, conn: Conn,
     """Register an endpoint of the tenant; its generated secret is shown once."""
     settings = auth.web_settings(request)
     try:
+        catalog.check_subscribable(conn, page["tenant"], _types(event_types),
+                                   schema=settings.schema_name)
         created = ep.add(conn, url.strip(), schema=settings.schema_name, tenant=page["tenant"],
                          description=description.strip()[:500], event_types=_types(event_types),
                          allow_networks=portal_allow_networks(settings), box=settings.secret_box(),
@@ -129,8 +138,9 @@ def edit_form(request: Request, endpoint_id: str, page: Page, conn: Conn) -> Res
         endpoint = _owned(conn, request, page["tenant"], endpoint_id)
     except NOT_FOUND as exc:
         return error_page(request, exc, page)
-    return render(request, "portal_edit.html", {**page, "page": "endpoints", "e": endpoint,
-                                                "form": _form_of(endpoint)})
+    return render(request, "portal_edit.html", {
+        **page, "page": "endpoints", "e": endpoint, "form": _form_of(endpoint),
+        "offered": _offered(conn, request, page["tenant"])})
 
 
 def _form_of(endpoint: ep.Endpoint) -> dict[str, str]:
@@ -151,6 +161,7 @@ def save(request: Request, endpoint_id: str, page: Page, _: Posted, conn: Conn,
         return error_page(request, exc, page)
     types = _types(event_types)
     try:
+        catalog.check_subscribable(conn, page["tenant"], types, schema=settings.schema_name)
         ep.update(conn, endpoint.id, schema=settings.schema_name, url=url.strip(),
                   description=description.strip()[:500], event_types=types,
                   all_event_types=types is None, allow_networks=portal_allow_networks(settings),
@@ -158,8 +169,8 @@ def save(request: Request, endpoint_id: str, page: Page, _: Posted, conn: Conn,
     except BAD_INPUT as exc:
         form = {"url": url, "description": description, "event_types": event_types}
         return render(request, "portal_edit.html", {
-            **page, "page": "endpoints", "e": endpoint, "form": form, "error": str(exc)},
-            status_code=400)
+            **page, "page": "endpoints", "e": endpoint, "form": form, "error": str(exc),
+            "offered": _offered(conn, request, page["tenant"])}, status_code=400)
     return see_other(request, "/portal/?done=updated")
 
 

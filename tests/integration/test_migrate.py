@@ -23,7 +23,8 @@ def _tables(url: str, schema: str) -> set[str]:
 
 
 EXPECTED = {"endpoints", "events", "deliveries", "delivery_attempts", "schema_migrations",
-            "captures"}  # a view (migration 0011)
+            "captures",  # a view (migration 0011)
+            "event_types", "event_catalog"}
 
 
 def test_second_run_is_a_no_op(blank_db_url: str) -> None:

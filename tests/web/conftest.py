@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
 import outbox
+from outbox.admin import types
 from outbox.admin.portal import WebSettings, mint_link
 from outbox.web import create_app
 from tests.support.cli import delivery_ids, execute, kill
@@ -96,8 +97,10 @@ def snapshot(db_url: str) -> tuple[list[tuple[object, ...]], ...]:
     """Every row an API call might change, as JSON text (a parked delivery's visible_at is
     infinity, which Python's datetime cannot hold)."""
     return tuple(
-        execute(db_url, f"SELECT to_jsonb(t)::text FROM {SCHEMA}.{table} t ORDER BY id")
-        for table in ("endpoints", "events", "deliveries", "delivery_attempts"))
+        execute(db_url, f"SELECT to_jsonb(t)::text FROM {SCHEMA}.{table} t ORDER BY {key}")
+        for table, key in (("endpoints", "id"), ("events", "id"), ("deliveries", "id"),
+                           ("delivery_attempts", "id"), ("event_types", "name"),
+                           ("event_catalog", "version")))
 
 
 @dataclass
@@ -130,7 +133,24 @@ def make_tenant(db_url: str, name: str) -> Tenant:
     return Tenant(name, endpoint, events, dead, shared)
 
 
+# The event catalog of the world: one type offered to every tenant, one to globex only, one
+# to no tenant (internal); a portal session must see only what its tenant is offered.
+PAID_SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"},
+                                                "who": {"type": "string"}}}
+PRIVATE_TYPES = ("globex.private", "ops.internal")
+
+
+def make_catalog(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as c:
+        types.add(c, "invoice.paid", schema=SCHEMA, json_schema=PAID_SCHEMA,
+                  description="An invoice was paid", example={"n": 1, "who": "acme"})
+        types.add(c, "globex.private", schema=SCHEMA, description="globex only",
+                  tenants=["globex"])
+        types.add(c, "ops.internal", schema=SCHEMA, description="ops only", tenants=[])
+
+
 @pytest.fixture
 def world(db_url: str) -> World:
+    make_catalog(db_url)
     everyone = add_endpoint(db_url, BASE + "all-tenants", all_tenants=True)
     return World(make_tenant(db_url, "acme"), make_tenant(db_url, "globex"), everyone)

@@ -21,6 +21,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 import outbox
+from outbox.admin import types
 from outbox.testing.receiver import Behaviour, Receiver
 from tests.support import pg
 from tests.support.browser import Server, chromium, screenshot
@@ -59,6 +60,11 @@ def live(server_url: str, template_db: str) -> Iterator[Live]:
     try:
         endpoint = add_endpoint(db_url, receiver.url + "/acme", tenant="acme",
                                 description="ACME billing")
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            types.add(conn, "invoice.paid", schema=SCHEMA, description="An invoice was paid",
+                      json_schema={"type": "object", "required": ["invoice"],
+                                   "properties": {"invoice": {"type": "integer"}}},
+                      example={"invoice": 7})
         with psycopg.connect(db_url) as conn:
             event = outbox.emit(conn, outbox.Event("invoice.paid", {"invoice": 42},
                                                    tenant="acme"))
@@ -139,7 +145,9 @@ def test_console_pages_render(browser: WebDriver, live: Live) -> None:
     for path, name, heading in (("/", "overview", "Overview"),
                                 ("/endpoints", "endpoints", "Endpoints"),
                                 ("/events", "events", "Events"),
-                                (f"/events/{live.event}", "event", "Event invoice.paid")):
+                                (f"/events/{live.event}", "event", "Event invoice.paid"),
+                                ("/types", "types", "Event types"),
+                                ("/types/invoice.paid", "event-type", "invoice.paid")):
         browser.get(live.server.url + path)
         assert browser.find_element(By.TAG_NAME, "h1").text == heading
         assert not browser.find_elements(By.TAG_NAME, "script")
@@ -188,6 +196,15 @@ def test_customer_opens_a_portal_link_and_adds_an_endpoint(live: Live) -> None:
         browser.get(live.server.url + "/portal/log")
         assert str(live.event) in browser.find_element(By.TAG_NAME, "main").text
         screenshot(browser, "portal-log")
+
+        browser.find_element(By.LINK_TEXT, "Event catalog").click()
+        assert browser.find_element(By.TAG_NAME, "h1").text == "Event catalog"
+        browser.find_element(By.LINK_TEXT, "invoice.paid").click()
+        main = browser.find_element(By.TAG_NAME, "main").text
+        assert "An invoice was paid" in main and '"invoice": 7' in main
+        assert '"required"' in browser.find_element(
+            By.CSS_SELECTOR, "pre[aria-label='JSON Schema']").text
+        screenshot(browser, "portal-catalog")
         browser.get(live.server.url + "/")
         assert "/login" in browser.current_url, "a portal session is not an operator's"
 
@@ -212,7 +229,8 @@ def test_phone_sized_viewport_has_no_horizontal_overflow(live: Live) -> None:
         wait_until(lambda: "/login" not in phone.current_url, 10, "the sign-in")
         assert phone.execute_script("return window.innerWidth") == PHONE[0]
         for path in ("/", "/endpoints", "/dead", "/events", f"/events/{live.event}",
-                     f"/deliveries/{live.dead}", f"/dead/replay?ids={live.dead}"):
+                     f"/deliveries/{live.dead}", f"/dead/replay?ids={live.dead}", "/types",
+                     "/types/invoice.paid"):
             phone.get(live.server.url + path)
             assert overflow(phone) <= 0, f"{path} scrolls sideways on a phone"
         phone.get(live.server.url + "/")
@@ -222,7 +240,8 @@ def test_phone_sized_viewport_has_no_horizontal_overflow(live: Live) -> None:
         assert all(c.size["height"] > 150 for c in charts)
         screenshot(phone, "phone-overview")
         phone.get(portal_link(live))
-        for path in ("/portal/", "/portal/log", f"/portal/endpoints/{live.endpoint}"):
+        for path in ("/portal/", "/portal/log", f"/portal/endpoints/{live.endpoint}",
+                     "/portal/catalog", "/portal/catalog/invoice.paid"):
             phone.get(live.server.url + path)
             assert overflow(phone) <= 0, f"{path} scrolls sideways on a phone"
         phone.get(live.server.url + "/portal/")

@@ -22,7 +22,7 @@ from outbox.admin.portal import WebSettings
 from tests.support.cli import delivery_ids, execute, kill
 from tests.support.pg import SCHEMA
 from tests.support.workers import add_endpoint
-from tests.web.conftest import BASE, World, enter_portal, new_client
+from tests.web.conftest import BASE, PRIVATE_TYPES, World, enter_portal, new_client
 from tests.web.routes import all_routes, fill, is_portal
 
 ACTIONS = ["disable", "enable", "rotate-secret", "ping", "replay", "edit", "x"]
@@ -79,7 +79,7 @@ def _attacks(world: World, csrf: str) -> list[dict[str, Any]]:
 def _marks(world: World) -> list[str]:
     b = world.b
     return ["globex", str(b.endpoint), BASE + "globex", BASE + "all-tenants",
-            str(world.everyone), *map(str, b.events)]
+            str(world.everyone), *map(str, b.events), *PRIVATE_TYPES]
 
 
 def test_a_portal_session_cannot_reach_another_tenant(
@@ -88,7 +88,8 @@ def test_a_portal_session_cannot_reach_another_tenant(
     values = {"endpoint_id": [str(b.endpoint), str(world.everyone)],
               "event_id": [str(e) for e in b.events[:2]],
               "delivery_id": [str(i) for i in (*b.dead, *b.shared_dead, *world.a.shared_dead)],
-              "action": ACTIONS, "*": [str(b.endpoint), str(b.events[0]), str(b.dead[0])]}
+              "action": ACTIONS, "name": list(PRIVATE_TYPES),
+              "*": [str(b.endpoint), str(b.events[0]), str(b.dead[0])]}
     before = _database(db_url)
     tried = 0
     with new_client(app) as client:

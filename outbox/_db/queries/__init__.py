@@ -1,6 +1,6 @@
 """Every SQL statement of the ``outbox`` package, in one place: this package, one module per
-concern (emit, endpoints, operations, schema, events, console, testing), every statement
-re-exported here: callers, the worker's registry and the tests included, write
+concern (emit, catalog, endpoints, operations, schema, events, console, testing), every
+statement re-exported here: callers, the worker's registry and the tests included, write
 ``queries.NAME`` (tests/unit/test_house.py checks that every statement is exported).
 
 ``{schema}`` is replaced by the quoted schema name (:func:`outbox._db.connection.render`);
@@ -16,6 +16,18 @@ from outbox._db.queries.capture import (
     CAPTURE_REMOVE,
     CAPTURE_REMOVE_CALL,
     CAPTURE_TABLE,
+)
+from outbox._db.queries.catalog import (
+    CATALOG_READ,
+    TYPE_COLUMNS,
+    TYPE_DELETE,
+    TYPE_GET,
+    TYPE_GET_FOR_UPDATE,
+    TYPE_INSERT,
+    TYPE_LIST,
+    TYPE_LIST_TENANT,
+    TYPE_UPDATE,
+    TYPE_UPSERT,
 )
 from outbox._db.queries.console import CONSOLE_LAST_HOUR
 from outbox._db.queries.emit import (
@@ -108,6 +120,7 @@ __all__ = [
     "CAPTURE_REMOVE",
     "CAPTURE_REMOVE_CALL",
     "CAPTURE_TABLE",
+    "CATALOG_READ",
     "CONSOLE_LAST_HOUR",
     "COPY_DELIVERIES",
     "COPY_EVENTS",
@@ -173,6 +186,15 @@ __all__ = [
     "STATS_DUE",
     "STATS_TOP_TENANTS",
     "TRANSACTION_ISOLATION",
+    "TYPE_COLUMNS",
+    "TYPE_DELETE",
+    "TYPE_GET",
+    "TYPE_GET_FOR_UPDATE",
+    "TYPE_INSERT",
+    "TYPE_LIST",
+    "TYPE_LIST_TENANT",
+    "TYPE_UPDATE",
+    "TYPE_UPSERT",
     "WAKE",
     "WAKE_CHANNEL",
     "WAKE_CHANNEL_NAME",

@@ -16,9 +16,20 @@ from typing import Any
 
 from outbox._db import queries
 from outbox._db.connection import render
+from outbox._emit.catalog import Snapshot, database_key
 from outbox._emit.drivers.base import AsyncRunner, SyncRunner, as_uuid, bind
 from outbox._emit.event import Event
-from outbox._emit.plan import Batch, JsonDefault, finish, missing_keys, plan_many, plan_one
+from outbox._emit.plan import (
+    Batch,
+    JsonDefault,
+    catalog_read,
+    catalog_snapshot,
+    check_types,
+    finish,
+    missing_keys,
+    plan_many,
+    plan_one,
+)
 from outbox.errors import OutboxError
 from outbox.settings import Settings
 
@@ -40,10 +51,32 @@ def _ids(rows: list[tuple[Any, ...]]) -> list[uuid.UUID | None]:
     return [as_uuid(row[0]) for row in rows]
 
 
+def _types(r: SyncRunner, settings: Settings, schema: str) -> Snapshot | None:
+    """The catalog to check against; read on the runner only when the held copy is stale."""
+    db = database_key(r)
+    read = catalog_read(settings, db, schema)
+    if read is None:
+        return catalog_snapshot(settings, db, schema)
+    r.check()
+    rows = r.rows(*bind(r.style, *read))
+    return catalog_snapshot(settings, db, schema, rows[0] if rows else None, read=True)
+
+
+async def _types_async(r: AsyncRunner, settings: Settings, schema: str) -> Snapshot | None:
+    db = database_key(r)
+    read = catalog_read(settings, db, schema)
+    if read is None:
+        return catalog_snapshot(settings, db, schema)
+    await r.check()
+    rows = await r.rows(*bind(r.style, *read))
+    return catalog_snapshot(settings, db, schema, rows[0] if rows else None, read=True)
+
+
 def emit(r: SyncRunner, event: Event, settings: Settings, schema: str,
          json_default: JsonDefault = None) -> uuid.UUID:
     """:func:`outbox.emit` on a runner."""
     query, params, ev = plan_one(event, settings, schema, json_default)
+    check_types(_types(r, settings, schema), settings, ev)
     r.prepare_threshold = settings.prepare_threshold
     r.check()
     sql, args = bind(r.style, query, params)
@@ -66,6 +99,7 @@ def emit_many(r: SyncRunner, events: Iterable[Event], settings: Settings, schema
     batch: Batch = plan_many(events, settings, schema, json_default)
     if not batch.slots:
         return []
+    check_types(_types(r, settings, schema), settings, batch)
     r.check()
     ids = _ids(r.rows(*bind(r.style, batch.query, batch.params)))
     missing = missing_keys(batch, ids)
@@ -77,6 +111,7 @@ async def emit_async(r: AsyncRunner, event: Event, settings: Settings, schema: s
                      json_default: JsonDefault = None) -> uuid.UUID:
     """:func:`outbox.emit_async` on a runner."""
     query, params, ev = plan_one(event, settings, schema, json_default)
+    check_types(await _types_async(r, settings, schema), settings, ev)
     r.prepare_threshold = settings.prepare_threshold
     await r.check()
     sql, args = bind(r.style, query, params)
@@ -99,6 +134,7 @@ async def emit_many_async(r: AsyncRunner, events: Iterable[Event], settings: Set
     batch = plan_many(events, settings, schema, json_default)
     if not batch.slots:
         return []
+    check_types(await _types_async(r, settings, schema), settings, batch)
     await r.check()
     ids = _ids(await r.rows(*bind(r.style, batch.query, batch.params)))
     missing = missing_keys(batch, ids)

@@ -14,14 +14,18 @@ from typing import Any, cast
 
 import psycopg
 from psycopg.pq import TransactionStatus
-from psycopg.rows import class_row, scalar_row
+from psycopg.rows import class_row, scalar_row, tuple_row
 
 from outbox._db import queries
 from outbox._db.connection import render, translated
+from outbox._emit.catalog import Snapshot, database_key
 from outbox._emit.event import Event
 from outbox._emit.plan import (
     Batch,
     JsonDefault,
+    catalog_read,
+    catalog_snapshot,
+    check_types,
     finish,
     missing_keys,
     plan_many,
@@ -156,10 +160,37 @@ async def _key_owners_async(conn: psycopg.AsyncConnection[Any], schema: str, key
         return {owner.idempotency_key: owner.id for owner in await cur.fetchall()}
 
 
+def _types(conn: psycopg.Connection[Any], s: Settings, sch: str) -> Snapshot | None:
+    """The catalog to check against; read on ``conn`` only when the held copy is stale."""
+    db = database_key(conn)
+    read = catalog_read(s, db, sch)
+    if read is None:
+        return catalog_snapshot(s, db, sch)
+    _check_transaction(conn)
+    with translated(), conn.cursor(row_factory=tuple_row) as cur:
+        row = cur.execute(*read).fetchone()
+    return catalog_snapshot(s, db, sch, row, read=True)
+
+
+async def _types_async(conn: psycopg.AsyncConnection[Any], s: Settings, sch: str
+                       ) -> Snapshot | None:
+    db = database_key(conn)
+    read = catalog_read(s, db, sch)
+    if read is None:
+        return catalog_snapshot(s, db, sch)
+    _check_transaction(conn)
+    with translated():
+        async with conn.cursor(row_factory=tuple_row) as cur:
+            await cur.execute(*read)
+            row = await cur.fetchone()
+    return catalog_snapshot(s, db, sch, row, read=True)
+
+
 def emit(conn: psycopg.Connection[Any], event: Event, s: Settings, sch: str,
          json_default: JsonDefault = None) -> uuid.UUID:
     """:func:`outbox.emit` on a psycopg 3 ``Connection``."""
     query, params, ev = plan_one(event, s, sch, json_default)
+    check_types(_types(conn, s, sch), s, ev)
     _check_transaction(conn)
     with translated(), conn.cursor(row_factory=scalar_row) as cur:
         cur.execute(query, params)
@@ -181,6 +212,7 @@ def emit_many(conn: psycopg.Connection[Any], events: Iterable[Event], s: Setting
     batch = plan_many(events, s, sch, json_default)
     if not batch.slots:
         return []
+    check_types(_types(conn, s, sch), s, batch)
     _check_transaction(conn)
     if _copyable(batch):
         with translated():
@@ -196,6 +228,7 @@ async def emit_async(conn: psycopg.AsyncConnection[Any], event: Event, s: Settin
                      sch: str, json_default: JsonDefault = None) -> uuid.UUID:
     """:func:`outbox.emit_async` on a psycopg 3 ``AsyncConnection``."""
     query, params, ev = plan_one(event, s, sch, json_default)
+    check_types(await _types_async(conn, s, sch), s, ev)
     _check_transaction(conn)
     with translated():
         async with conn.cursor(row_factory=scalar_row) as cur:
@@ -218,6 +251,7 @@ async def emit_many_async(conn: psycopg.AsyncConnection[Any], events: Iterable[E
     batch = plan_many(events, s, sch, json_default)
     if not batch.slots:
         return []
+    check_types(await _types_async(conn, s, sch), s, batch)
     _check_transaction(conn)
     if _copyable(batch):
         with translated():

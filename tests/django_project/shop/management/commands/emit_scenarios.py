@@ -86,6 +86,23 @@ def invalid() -> dict[str, Any]:
     return {"outcomes": seen}
 
 
+def catalog() -> dict[str, Any]:
+    """invoice.paid is registered with a schema (the test did it): a payload that does not
+    match is refused (its message naming the path), nothing written; a good one commits."""
+    with transaction.atomic():
+        seen = []
+        for step in (lambda: emit(Event("invoice.paid", {"amount": "x"})),
+                     lambda: emit_many([Event("invoice.paid", {"amount": 1}),
+                                        Event("invoice.paid", {})])):
+            try:
+                step()
+                seen.append("ok")
+            except Exception as exc:  # reported to the test
+                seen.append(f"{type(exc).__name__}: {exc}")
+        emit(Event("invoice.paid", {"amount": 2}))
+    return {"outcomes": seen}
+
+
 def failed() -> dict[str, Any]:
     with transaction.atomic():
         try:
@@ -168,7 +185,8 @@ def driver() -> dict[str, Any]:
     return {"module": type(connection.connection).__module__}
 
 
-SCENARIOS = {f.__name__: f for f in (commit, rollback, savepoint, autocommit, invalid, failed,
+SCENARIOS = {f.__name__: f for f in (commit, rollback, savepoint, autocommit, invalid, catalog,
+                                     failed,
                                      idempotency, prepared, server_binding, project_settings,
                                      view, driver)}
 
