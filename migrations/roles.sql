@@ -10,7 +10,8 @@
 -- app:    emits. Inserts events and deliveries; reads only the endpoint columns the fan-out
 --         needs (never secrets); reads back event ids for idempotency keys.
 -- worker: delivers. Claims and completes deliveries, reads events and endpoints (secrets
---         included: it signs), logs attempts, disables an endpoint on 410, prunes.
+--         included: it signs), logs attempts, disables an endpoint on 410, prunes, and
+--         writes operational events (outbox.*) with their deliveries.
 
 GRANT USAGE ON SCHEMA :"schema" TO :"app_role", :"worker_role";
 
@@ -24,7 +25,12 @@ GRANT SELECT (id, tenant, all_tenants, enabled, event_types, ordered) ON :"schem
 GRANT SELECT, UPDATE, DELETE ON :"schema".deliveries TO :"worker_role";
 GRANT SELECT, DELETE ON :"schema".events TO :"worker_role";
 GRANT SELECT ON :"schema".endpoints TO :"worker_role";
-GRANT UPDATE (enabled, disabled_reason, updated_at) ON :"schema".endpoints TO :"worker_role";
+GRANT UPDATE (enabled, disabled_reason, updated_at, failure_streak, failing_since)
+    ON :"schema".endpoints TO :"worker_role";
+-- operational events (migrations/0013_operational_events.sql): the completion writes them
+-- through op_insert (outbox.* types only: no INSERT on events) and fans them out
+GRANT INSERT ON :"schema".deliveries TO :"worker_role";
+GRANT EXECUTE ON FUNCTION :"schema".op_insert(json) TO :"worker_role";
 GRANT SELECT, INSERT, DELETE ON :"schema".delivery_attempts TO :"worker_role";
 -- ordered endpoints: the claim places fresh deliveries, the completion promotes the next
 -- (migrations/0005_ordered.sql)

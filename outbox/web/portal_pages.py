@@ -171,7 +171,7 @@ def endpoint_action(request: Request, endpoint_id: str, action: str, page: Page,
         endpoint = _owned(conn, request, page["tenant"], endpoint_id)
         if action in ("enable", "disable"):
             ep.set_enabled(conn, endpoint.id, action == "enable", schema=schema,
-                           reason="disabled in the portal")
+                           reason="disabled in the portal", actor="tenant")
             return see_other(request, f"/portal/?done={action}d")
         if action != "rotate":
             raise EndpointNotFound(f"no such action {action!r}")

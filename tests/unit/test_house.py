@@ -44,7 +44,7 @@ PUBLIC: dict[str, set[str]] = {
     "outbox.testing": set(),  # its own page (docs/guides/testing.md) documents the names
     "outbox.worker": {"demo_runner", "drain", "ping", "run_worker", "worker_settings"},
     "outbox.admin.endpoints": {
-        "Created", "Endpoint", "Rotated", "URL_MAX_LENGTH", "Updated", "add",
+        "ACTORS", "Created", "Endpoint", "Rotated", "URL_MAX_LENGTH", "Updated", "add",
         "check_destination", "get", "list_all", "parse_id", "rotate_secret", "set_enabled",
         "signing_secrets", "update", "validate_headers", "validate_text", "validate_url",
     },

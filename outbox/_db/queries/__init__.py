@@ -71,6 +71,7 @@ from outbox._db.queries.operations import (
     STATS_TOP_TENANTS,
     TRANSACTION_ISOLATION,
 )
+from outbox._db.queries.opevents import OP_EMIT, OP_PREFIX, OP_WAKE
 from outbox._db.queries.schema import (
     BEGIN_TRANSACTION,
     CREATE_SCHEMA,
@@ -139,6 +140,9 @@ __all__ = [
     "MIGRATIONS_TABLE",
     "MIGRATION_LOCK",
     "MIGRATION_RECORD",
+    "OP_EMIT",
+    "OP_PREFIX",
+    "OP_WAKE",
     "ORDERED_LOCK_ORDER",
     "PREPARED_STATEMENT",
     "PRUNE_COUNT",

@@ -1,0 +1,161 @@
+"""Operational events through a real worker and receiver: the sender reports dead
+deliveries, failing, recovered and disabled endpoints through its own outbox, signed like
+any event, to endpoints that subscribe to them, and never about its own operational events."""
+
+from __future__ import annotations
+
+import collections
+import uuid
+from typing import Any
+
+import psycopg
+
+import outbox
+from outbox.admin import endpoints as ep
+from outbox.testing.receiver import Behaviour, Receiver
+from tests.support.pg import SCHEMA
+from tests.support.workers import SECRET, add_endpoint, rows, run_until, settings
+
+OPS = ["outbox.*"]
+
+
+def _emit(db_url: str, n: int = 1, event_type: str = "order.created",
+          tenant: str | None = None) -> list[uuid.UUID]:
+    with psycopg.connect(db_url) as c:
+        ids = outbox.emit_many(c, [outbox.Event(event_type, {"n": i}, tenant=tenant)
+                                   for i in range(n)])
+        c.commit()
+    return ids
+
+
+def _op_events(db_url: str) -> list[tuple[str, str | None, dict[str, Any]]]:
+    """Every operational event written: (type, tenant, payload), oldest first."""
+    return [(t, tenant, payload) for t, tenant, payload in rows(
+        db_url, "SELECT type, tenant, payload FROM outbox.events"
+                " WHERE type LIKE 'outbox.%%' ORDER BY id")]
+
+
+def _settled(db_url: str) -> bool:
+    """Nothing left to deliver (no pending delivery, parked ones of a disabled endpoint
+    aside)."""
+    return not rows(db_url, "SELECT 1 FROM outbox.deliveries WHERE state = 'pending'"
+                            " AND visible_at < 'infinity' LIMIT 1")
+
+
+def _ops_received(rx: Receiver, path: str = "/ops") -> list[dict[str, Any]]:
+    return [r.json() for r in rx.received if r.path == path]
+
+
+def test_exhausted_500s_reach_the_operational_endpoint_as_delivery_dead(db_url: str) -> None:
+    with Receiver(secret=SECRET) as rx:
+        rx.script("/bad", [Behaviour(status=500)])
+        bad = add_endpoint(db_url, rx.url + "/bad")
+        ops = add_endpoint(db_url, rx.url + "/ops", event_types=OPS)
+        catch_all = add_endpoint(db_url, rx.url + "/all")  # every type: not operational ones
+        (event_id,) = _emit(db_url)
+        cfg = settings(db_url, max_attempts=3)
+        run_until(cfg, lambda: len(_ops_received(rx)) >= 1)
+        ((delivery_id,),) = rows(db_url, "SELECT id FROM outbox.deliveries"
+                                         " WHERE endpoint_id = %s", (bad,))
+        (got,) = [r for r in rx.received if r.path == "/ops"]
+    assert got.signature_ok is True
+    body = got.json()
+    assert body["type"] == "outbox.delivery.dead" and body["timestamp"].endswith("Z")
+    assert body["data"] == {
+        "delivery_id": delivery_id, "event_id": str(event_id), "event_type": "order.created",
+        "endpoint_id": str(bad), "tenant": None, "attempts": 3, "outcome": "exhausted",
+        "last_status": 500, "last_error": "attempts exhausted (3/3): HTTP 500",
+        "error_class": "http_status"}
+    ((op_id, op_type),) = rows(db_url, "SELECT id, type FROM outbox.events"
+                                       " WHERE type LIKE 'outbox.%%'")
+    assert got.webhook_id == str(op_id) and op_type == "outbox.delivery.dead"
+    assert uuid.UUID(got.webhook_id).version == 7
+    assert not [r for r in rx.received if r.path == "/all" and r.webhook_id == str(op_id)]
+    assert ops and catch_all
+
+
+def test_a_410_disables_the_endpoint_and_says_so(db_url: str) -> None:
+    with Receiver(secret=SECRET) as rx:
+        rx.script("/gone", [Behaviour(status=410)])
+        gone = add_endpoint(db_url, rx.url + "/gone", tenant="acme")
+        add_endpoint(db_url, rx.url + "/ops", event_types=["outbox.endpoint.*"],
+                     tenant="acme")
+        _emit(db_url, tenant="acme")
+        run_until(settings(db_url), lambda: len(_ops_received(rx)) >= 1 and _settled(db_url))
+        received = _ops_received(rx)
+    assert [b["type"] for b in received] == ["outbox.endpoint.disabled"]
+    assert received[0]["data"] == {"endpoint_id": str(gone), "tenant": "acme",
+                                   "by": "receiver", "reason": "receiver answered 410 Gone"}
+    assert rows(db_url, "SELECT enabled FROM outbox.endpoints WHERE id = %s", (gone,)) == [
+        (False,)]
+
+
+def test_failing_then_recovered_once_each(db_url: str) -> None:
+    with Receiver(secret=SECRET) as rx:
+        rx.script("/flaky", [Behaviour(status=503)] * 3 + [Behaviour(status=200)])
+        flaky = add_endpoint(db_url, rx.url + "/flaky")
+        add_endpoint(db_url, rx.url + "/ops", event_types=OPS)
+        _emit(db_url)
+        cfg = settings(db_url, failing_threshold=3, max_attempts=10)
+        run_until(cfg, lambda: len(_ops_received(rx)) >= 2 and _settled(db_url))
+        received = _ops_received(rx)
+    assert [b["type"] for b in received] == ["outbox.endpoint.failing",
+                                             "outbox.endpoint.recovered"]
+    failing, recovered = (b["data"] for b in received)
+    assert failing == {"endpoint_id": str(flaky), "tenant": None, "consecutive_failures": 3,
+                       "threshold": 3, "last_status": 503, "last_error": "HTTP 503"}
+    assert recovered["endpoint_id"] == str(flaky) and recovered["failing_since"]
+    assert rows(db_url, "SELECT failure_streak, failing_since FROM outbox.endpoints"
+                        " WHERE id = %s", (flaky,)) == [(0, None)]
+
+
+def test_a_failing_operational_endpoint_causes_no_further_operational_events(
+        db_url: str) -> None:
+    with Receiver(secret=SECRET) as rx:
+        rx.script("/bad", [Behaviour(status=500)])
+        rx.script("/ops", [Behaviour(status=500)])
+        add_endpoint(db_url, rx.url + "/bad")
+        ops = add_endpoint(db_url, rx.url + "/ops", event_types=OPS)
+        _emit(db_url)
+        cfg = settings(db_url, max_attempts=3, failing_threshold=2)
+        run_until(cfg, lambda: _settled(db_url))
+        ops_attempts = len(_ops_received(rx))
+    # /bad: 3 attempts, then dead (its streak reached 2: failing) -> two operational events;
+    # their deliveries to /ops fail until exhausted and cause nothing more.
+    assert sorted(t for t, _, _ in _op_events(db_url)) == ["outbox.delivery.dead",
+                                                            "outbox.endpoint.failing"]
+    assert ops_attempts == 6
+    assert rows(db_url, "SELECT state, count(*) FROM outbox.deliveries WHERE endpoint_id = %s"
+                        " GROUP BY 1", (ops,)) == [("dead", 2)]
+    assert rows(db_url, "SELECT failure_streak, failing_since FROM outbox.endpoints"
+                        " WHERE id = %s", (ops,)) == [(0, None)]
+
+
+def test_a_dead_letter_storm_makes_one_failing_and_one_dead_per_delivery(db_url: str) -> None:
+    with Receiver(secret=SECRET) as rx:
+        rx.script("/bad", [Behaviour(status=500)])
+        add_endpoint(db_url, rx.url + "/bad", max_attempts=1)
+        add_endpoint(db_url, rx.url + "/ops", event_types=OPS)
+        _emit(db_url, 400)
+        cfg = settings(db_url, breaker_threshold=1000)  # no pauses: every delivery dies now
+        run_until(cfg, lambda: _settled(db_url))
+        received = _ops_received(rx)
+    counts = collections.Counter(t for t, _, _ in _op_events(db_url))
+    assert counts == {"outbox.delivery.dead": 400, "outbox.endpoint.failing": 1}
+    assert collections.Counter(b["type"] for b in received) == counts
+
+
+def test_operator_and_tenant_changes_are_reported_once(db_url: str) -> None:
+    endpoint = add_endpoint(db_url, "http://127.0.0.1:9/x", tenant="acme")
+    with psycopg.connect(db_url, autocommit=True) as c:
+        ep.set_enabled(c, endpoint, False, schema=SCHEMA, reason="maintenance")
+        ep.set_enabled(c, endpoint, False, schema=SCHEMA)  # already disabled: nothing
+        ep.set_enabled(c, endpoint, True, schema=SCHEMA, actor="tenant")
+        ep.set_enabled(c, endpoint, True, schema=SCHEMA)  # already enabled: nothing
+    events = _op_events(db_url)
+    assert [(t, tenant, p["data"]) for t, tenant, p in events] == [
+        ("outbox.endpoint.disabled", "acme", {"endpoint_id": str(endpoint), "tenant": "acme",
+                                              "by": "operator", "reason": "maintenance"}),
+        ("outbox.endpoint.enabled", "acme", {"endpoint_id": str(endpoint), "tenant": "acme",
+                                             "by": "tenant"}),
+    ]
