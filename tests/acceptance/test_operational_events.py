@@ -159,3 +159,22 @@ def test_operator_and_tenant_changes_are_reported_once(db_url: str) -> None:
         ("outbox.endpoint.enabled", "acme", {"endpoint_id": str(endpoint), "tenant": "acme",
                                              "by": "tenant"}),
     ]
+
+
+def test_a_dead_ordered_head_reports_the_key_it_blocks(db_url: str) -> None:
+    with Receiver(secret=SECRET) as rx:
+        rx.script("/ordered", [Behaviour(status=400)])
+        ordered = add_endpoint(db_url, rx.url + "/ordered", ordered=True, tenant="acme")
+        add_endpoint(db_url, rx.url + "/ops", event_types=["outbox.key.blocked"],
+                     tenant="acme")
+        with psycopg.connect(db_url) as c:
+            ids = outbox.emit_many(c, [outbox.Event("order.updated", {"v": v}, key="order-7",
+                                                    tenant="acme") for v in range(3)])
+            c.commit()
+        run_until(settings(db_url), lambda: len(_ops_received(rx)) >= 1 and _settled(db_url))
+        ((head,),) = rows(db_url, "SELECT id FROM outbox.deliveries WHERE state = 'dead'")
+        received = _ops_received(rx)
+    assert [b["type"] for b in received] == ["outbox.key.blocked"]
+    assert received[0]["data"] == {"endpoint_id": str(ordered), "tenant": "acme",
+                                   "key": "order-7", "delivery_id": head,
+                                   "event_id": str(ids[0]), "queued": 2}
