@@ -185,10 +185,12 @@ SELECT c.id AS delivery_id, c.attempts AS attempt, c.lease_token AS token, c.eve
 
 # Operational events of a completion (outbox._db.queries.opevents; the types and their
 # payloads: docs/guides/operational-events.md), CTEs of COMPLETE over its r and upd:
-# - failed: the batch's recorded (not fenced) attempts that were not delivered, with their
-#   event and endpoint (primary-key lookups: the cost follows the failures, not the
-#   batch); attempts of operational events are left out, so the delivery of an
-#   operational event never causes one (no loops).
+# - recorded: the batch's recorded (not fenced, not handed back) attempts, each failure
+#   with its event (a primary-key lookup: the cost follows the failures, not the batch);
+#   failed: those that were not delivered, with their endpoint's tenant. Attempts of
+#   operational events are no failures, so the delivery of an operational event never
+#   causes one (no loops). Read from upd's RETURNING, never joined back to r (the planner
+#   sees one row in a CTE: a join of two CTEs is a nested loop, quadratic in the batch).
 # - tally: per endpoint of the batch, the failed attempts after its last delivered one (in
 #   completion order) and that last delivered one's position (NULL: none in the batch).
 # - locked: the endpoints whose health may change (a failure now, a streak or a failing
@@ -204,31 +206,32 @@ SELECT c.id AS delivery_id, c.attempts AS attempt, c.lease_token AS token, c.eve
 #   an ordered key (with the deliveries queued behind it, counted through
 #   deliveries_queued_by_key), and the transitions above; op_ins/op_fan write and route them.
 OPERATIONAL = """
+recorded AS MATERIALIZED (
+    SELECT u.*, ev.type AS event_type, ev.tenant AS event_tenant,
+           u.state <> 'delivered'
+               AND NOT starts_with(ev.type, '""" + core.OP_PREFIX + """') AS failure
+      FROM upd u
+      LEFT JOIN LATERAL (SELECT e.type, e.tenant FROM {schema}.events e
+                          WHERE e.id = u.event_id AND u.state <> 'delivered' LIMIT 1) ev
+        ON true
+     WHERE u.refund = 0),
 failed AS MATERIALIZED (
-    SELECT u.id, u.endpoint_id, u.key, u.state, u.event_id, r.ord, r.status, r.error,
-           r.error_class, r.outcome, r.attempt, ev.type AS event_type,
-           ev.tenant AS event_tenant, ep.tenant AS endpoint_tenant
-      FROM upd u JOIN r ON r.id = u.id
-     CROSS JOIN LATERAL (SELECT e.type, e.tenant FROM {schema}.events e
-                          WHERE e.id = u.event_id LIMIT 1) ev
+    SELECT f.*, ep.tenant AS endpoint_tenant
+      FROM recorded f
      CROSS JOIN LATERAL (SELECT p.tenant FROM {schema}.endpoints p
-                          WHERE p.id = u.endpoint_id LIMIT 1) ep
-     WHERE r.refund = 0 AND u.state <> 'delivered'
-       AND NOT starts_with(ev.type, '""" + core.OP_PREFIX + """')),
+                          WHERE p.id = f.endpoint_id LIMIT 1) ep
+     WHERE f.failure),
 tally AS MATERIALIZED (
     SELECT t.endpoint_id, t.last_ok,
-           count(f.id) FILTER (WHERE t.ord > COALESCE(t.last_ok, 0)) AS fails,
-           (array_agg(f.status ORDER BY t.ord DESC) FILTER (WHERE f.id IS NOT NULL))[1]
+           count(*) FILTER (WHERE t.failure AND t.ord > COALESCE(t.last_ok, 0)) AS fails,
+           (array_agg(t.status ORDER BY t.ord DESC) FILTER (WHERE t.failure))[1]
                AS last_status,
-           (array_agg(f.error ORDER BY t.ord DESC) FILTER (WHERE f.id IS NOT NULL))[1]
+           (array_agg(t.error ORDER BY t.ord DESC) FILTER (WHERE t.failure))[1]
                AS last_error,
-           COALESCE(bool_or(f.outcome = 'gone'), false) AS gone_seen
-      FROM (SELECT u.id, u.endpoint_id, r.ord,
-                   max(r.ord) FILTER (WHERE u.state = 'delivered')
-                       OVER (PARTITION BY u.endpoint_id) AS last_ok
-              FROM upd u JOIN r ON r.id = u.id
-             WHERE r.refund = 0) t
-      LEFT JOIN failed f ON f.id = t.id
+           COALESCE(bool_or(t.failure AND t.outcome = 'gone'), false) AS gone_seen
+      FROM (SELECT c.*, max(c.ord) FILTER (WHERE c.state = 'delivered')
+                            OVER (PARTITION BY c.endpoint_id) AS last_ok
+              FROM recorded c) t
      GROUP BY t.endpoint_id, t.last_ok),
 locked AS MATERIALIZED (
     SELECT e.id, e.tenant, e.enabled, e.failure_streak, e.failing_since
@@ -329,7 +332,8 @@ upd AS (
        -- (no "state = 'pending'": a token is set only by a claim of a pending row and
        -- cleared by every completion and replay, and naming the state would invite the
        -- planner to walk the whole partial due index instead of the primary key)
-    RETURNING d.id, d.endpoint_id, d.key, d.state, d.event_id),
+    RETURNING d.id, d.endpoint_id, d.key, d.state, d.event_id, r.refund, r.ord, r.status,
+              r.error, r.error_class, r.outcome, r.attempt),
 -- A delivered head of an ordered endpoint's key hands the key on: its key's oldest queued
 -- delivery becomes 'pending', in this same transaction (ordered_next, in
 -- migrations/0005_ordered.sql: under the key's advisory lock, on a snapshot taken after it,

@@ -18,6 +18,8 @@ ALTER TABLE endpoints ADD COLUMN IF NOT EXISTS failing_since timestamptz;
 
 -- A UUIDv7 (RFC 9562: 48-bit Unix milliseconds, version 7, 74 random bits), as emit makes
 -- in Python (outbox._emit.event.new_id): the id of an operational event written by SQL.
+-- Built-ins only (pg_catalog is searched first whatever the search_path), and no SET
+-- clause: that would cost a configuration save and restore per call (per event).
 CREATE OR REPLACE FUNCTION uuid7() RETURNS uuid
 LANGUAGE sql VOLATILE PARALLEL SAFE AS $$
 SELECT encode(
@@ -28,13 +30,6 @@ SELECT encode(
                 FROM 1 FOR 6),
         52, 1), 53, 1),
     'hex')::uuid
-$$;
-
-DO $$
-BEGIN
-    EXECUTE format('ALTER FUNCTION %I.uuid7() SET search_path = %I, pg_catalog',
-                   current_schema(), current_schema());
-END
 $$;
 
 -- Write operational events: p_events is a json array of {"type", "tenant", "data"}; each
