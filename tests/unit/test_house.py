@@ -72,6 +72,7 @@ PUBLIC: dict[str, set[str]] = {
     "outbox.admin.migrations": {"Cursor", "Migration", "apply_in_transaction", "available",
                                 "migrate", "script"},
     "outbox.admin.activity": {"Minute", "last_hour"},
+    "outbox.admin.opevents": {"TYPES", "OperationalEvent", "recent"},
     "outbox.cli": {"cli", "load_commands", "main"},
     "outbox.web": set(),
     "outbox.contrib.fastapi": set(),

@@ -40,3 +40,17 @@ OP_WAKE = f"""
 op_wake AS (
     SELECT pg_notify({WAKE_CHANNEL}, '') FROM (SELECT 1 FROM op_fan LIMIT 1) wrote
      WHERE NOT pg_try_advisory_xact_lock_shared({WAKE_KEY}))"""
+
+# The newest operational events (console overview), of every type in %(types)s (the
+# operational types): per type its newest %(limit)s by events_by_type (type, id), then
+# the newest %(limit)s of those: cost bounded by types x limit, whatever the history.
+# %(tenant)s NULL: every tenant's.
+OP_RECENT = """
+SELECT e.id, e.type, e.tenant, e.created_at, e.payload->'data' AS data
+  FROM unnest(%(types)s::text[]) AS t(type)
+ CROSS JOIN LATERAL (
+      SELECT id, type, tenant, created_at, payload FROM {schema}.events
+       WHERE type = t.type AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
+       ORDER BY id DESC LIMIT %(limit)s) e
+ ORDER BY e.id DESC LIMIT %(limit)s
+"""
