@@ -290,7 +290,8 @@ op_src AS (
     UNION ALL
     SELECT 'outbox.endpoint.recovered', h.tenant,
            json_build_object('endpoint_id', h.id, 'tenant', h.tenant,
-                             'failing_since', h.failing_since)
+                             'failing_since', to_char(h.failing_since AT TIME ZONE 'UTC',
+                                                      'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
       FROM health h
      WHERE h.failing_since IS NOT NULL AND h.streak < %(failing_after)s
     UNION ALL

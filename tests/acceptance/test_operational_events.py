@@ -178,3 +178,78 @@ def test_a_dead_ordered_head_reports_the_key_it_blocks(db_url: str) -> None:
     assert received[0]["data"] == {"endpoint_id": str(ordered), "tenant": "acme",
                                    "key": "order-7", "delivery_id": head,
                                    "event_id": str(ids[0]), "queued": 2}
+
+
+def _every_type(db_url: str) -> dict[str, dict[str, Any]]:
+    """One real payload of every operational type, as a receiver gets it."""
+    with Receiver(secret=SECRET) as rx:
+        rx.script("/bad", [Behaviour(status=500)])
+        rx.script("/flaky", [Behaviour(status=503)] * 2 + [Behaviour(status=200)])
+        rx.script("/gone", [Behaviour(status=410)])
+        rx.script("/ordered", [Behaviour(status=400)])
+        add_endpoint(db_url, rx.url + "/ops", event_types=OPS, all_tenants=True)
+        add_endpoint(db_url, rx.url + "/bad", tenant="acme", event_types=["order.*"])
+        add_endpoint(db_url, rx.url + "/flaky", tenant="acme", event_types=["invoice.*"])
+        gone = add_endpoint(db_url, rx.url + "/gone", tenant="acme", event_types=["user.*"])
+        add_endpoint(db_url, rx.url + "/ordered", tenant="acme", ordered=True,
+                     event_types=["cart.*"])
+        for event_type in ("order.created", "invoice.paid", "user.deleted"):
+            _emit(db_url, tenant="acme", event_type=event_type)
+        with psycopg.connect(db_url) as c:
+            outbox.emit_many(c, [outbox.Event("cart.updated", {"v": v}, key="cart-42",
+                                              tenant="acme") for v in range(3)])
+            c.commit()
+        cfg = settings(db_url, max_attempts=3, failing_threshold=2)
+        run_until(cfg, lambda: _settled(db_url))
+        with psycopg.connect(db_url, autocommit=True) as c:
+            ep.set_enabled(c, gone, True, schema=SCHEMA, actor="tenant")
+        run_until(cfg, lambda: _settled(db_url) and any(
+            b["type"] == "outbox.endpoint.enabled" for b in _ops_received(rx)))
+        return {b["type"]: b for b in _ops_received(rx)}
+
+
+def _shape(value: Any) -> Any:
+    """The JSON type of a value; of an object, its keys' shapes (null matches any type)."""
+    if isinstance(value, dict):
+        return {k: _shape(v) for k, v in value.items()}
+    return type(value).__name__
+
+
+def test_the_guide_shows_every_type_as_the_code_emits_it(db_url: str) -> None:
+    import json
+
+    from outbox.admin.opevents import TYPES
+    from tests.support.docs import snippet
+
+    emitted = _every_type(db_url)
+    assert set(emitted) == set(TYPES)
+    for op_type in TYPES:
+        example = json.loads(snippet("guides/operational-events.md", op_type, "json"))
+        got = emitted[op_type]
+        assert example["type"] == op_type and set(example) == {"type", "timestamp", "data"}
+        assert set(example["data"]) == set(got["data"]), op_type
+        for key, value in got["data"].items():
+            shown = example["data"][key]
+            if value is not None and shown is not None:
+                assert _shape(shown) == _shape(value), f"{op_type} data.{key}"
+
+
+def test_the_guide_subscription_snippet_runs(db_url: str) -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.support.docs import snippet
+
+    script = snippet("guides/operational-events.md", "subscribe", "sh")
+    bindir = Path(sys.executable).parent
+    env = {**os.environ, "OUTBOX_DATABASE_URL": db_url, "OUTBOX_SCHEMA": SCHEMA,
+           "PATH": f"{bindir}:{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert rows(db_url, "SELECT tenant, all_tenants, event_types FROM outbox.endpoints"
+                        " ORDER BY created_at") == [
+        (None, True, ["outbox.*"]),
+        ("acme", False, ["outbox.delivery.dead", "outbox.endpoint.*"])]
