@@ -253,3 +253,30 @@ def test_the_guide_subscription_snippet_runs(db_url: str) -> None:
                         " ORDER BY created_at") == [
         (None, True, ["outbox.*"]),
         ("acme", False, ["outbox.delivery.dead", "outbox.endpoint.*"])]
+
+
+def test_worker_processes_racing_count_one_streak_and_report_one_failing(
+        db_url: str) -> None:
+    """Three worker processes record failures of one endpoint concurrently: every failed
+    attempt is counted once (no lost update of the streak) and the endpoint goes failing
+    once (one outbox.endpoint.failing), however their completions interleave."""
+    from tests.acceptance.test_worker_processes import workers
+    from tests.support.workers import wait_until
+
+    with Receiver(secret=SECRET) as rx:
+        rx.script("/bad", [Behaviour(status=500)])
+        bad = add_endpoint(db_url, rx.url + "/bad", max_attempts=2, max_in_flight=100)
+        add_endpoint(db_url, rx.url + "/ops", event_types=["outbox.endpoint.*"])
+        _emit(db_url, 600)
+        with workers(db_url, 3, OUTBOX_CONCURRENCY="50", OUTBOX_BREAKER_THRESHOLD="100000",
+                     OUTBOX_FAILING_THRESHOLD="5", OUTBOX_BATCH_SIZE="20"):
+            wait_until(lambda: _settled(db_url), 120, "every delivery dead")
+            wait_until(lambda: len(_ops_received(rx)) >= 1, 30, "the failing event")
+    counts = collections.Counter(t for t, _, _ in _op_events(db_url))
+    assert counts == {"outbox.delivery.dead": 600, "outbox.endpoint.failing": 1}
+    assert rows(db_url, "SELECT failure_streak FROM outbox.endpoints WHERE id = %s",
+                (bad,)) == [(1200,)]
+    assert rows(db_url, "SELECT count(*) FROM outbox.delivery_attempts a"
+                        " JOIN outbox.deliveries d ON d.id = a.delivery_id"
+                        " WHERE d.endpoint_id = %s AND a.outcome <> 'fenced'", (bad,)) == [
+        (1200,)]
