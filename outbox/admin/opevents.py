@@ -30,6 +30,7 @@ TYPES = (
     "outbox.endpoint.disabled",
     "outbox.endpoint.enabled",
     "outbox.key.blocked",
+    "outbox.replay.finished",
 )
 
 

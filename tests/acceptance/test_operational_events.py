@@ -12,6 +12,8 @@ import psycopg
 
 import outbox
 from outbox.admin import endpoints as ep
+from outbox.admin.deadletter import Selection
+from outbox.admin.replay import replay
 from outbox.testing.receiver import Behaviour, Receiver
 from tests.support.pg import SCHEMA
 from tests.support.workers import SECRET, add_endpoint, rows, run_until, settings
@@ -205,6 +207,12 @@ def _every_type(db_url: str) -> dict[str, dict[str, Any]]:
             ep.set_enabled(c, gone, True, schema=SCHEMA, actor="tenant")
         run_until(cfg, lambda: _settled(db_url) and any(
             b["type"] == "outbox.endpoint.enabled" for b in _ops_received(rx)))
+        with psycopg.connect(db_url, autocommit=True) as c:
+            replay(c, schema=SCHEMA, selection=Selection(event_type="order.created",
+                                                         tenant="acme"),
+                   actor="ops@example.com")
+        run_until(cfg, lambda: _settled(db_url) and any(
+            b["type"] == "outbox.replay.finished" for b in _ops_received(rx)))
         return {b["type"]: b for b in _ops_received(rx)}
 
 

@@ -71,7 +71,13 @@ from outbox._db.queries.operations import (
     STATS_TOP_TENANTS,
     TRANSACTION_ISOLATION,
 )
-from outbox._db.queries.opevents import OP_EMIT, OP_PREFIX, OP_RECENT, OP_WAKE
+from outbox._db.queries.opevents import (
+    OP_EMIT,
+    OP_PREFIX,
+    OP_RECENT,
+    OP_REPLAY_FINISHED,
+    OP_WAKE,
+)
 from outbox._db.queries.schema import (
     BEGIN_TRANSACTION,
     CREATE_SCHEMA,
@@ -143,6 +149,7 @@ __all__ = [
     "OP_EMIT",
     "OP_PREFIX",
     "OP_RECENT",
+    "OP_REPLAY_FINISHED",
     "OP_WAKE",
     "ORDERED_LOCK_ORDER",
     "PREPARED_STATEMENT",

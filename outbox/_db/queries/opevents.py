@@ -54,3 +54,16 @@ SELECT e.id, e.type, e.tenant, e.created_at, e.payload->'data' AS data
        ORDER BY id DESC LIMIT %(limit)s) e
  ORDER BY e.id DESC LIMIT %(limit)s
 """
+
+# A replay finished (outbox.admin.replay.replay, after its last batch, in a transaction of
+# its own): one outbox.replay.finished of the replay's tenant scope (%(tenant)s; NULL: an
+# operator's replay of every tenant, seen by tenant-less and all-tenants endpoints).
+OP_REPLAY_FINISHED = """
+WITH op_src AS (
+    SELECT 'outbox.replay.finished'::text AS type, %(tenant)s::text AS tenant,
+           json_build_object('tenant', %(tenant)s::text, 'replayed', %(replayed)s::int,
+                             'skipped', %(skipped)s::int, 'batches', %(batches)s::int,
+                             'enabled_endpoints', %(enabled)s::text[],
+                             'actor', %(actor)s::text) AS data),""" + OP_EMIT + "," + OP_WAKE + """
+SELECT count(*) FROM op_wake
+"""
