@@ -43,6 +43,8 @@ class WorkerSettings(Settings):
     endpoint_max_in_flight: int = Field(default=0, ge=0)
     breaker_threshold: int = Field(default=10, ge=1)
     breaker_cooldown_seconds: float = Field(default=30.0, gt=0)
+    # Consecutive failed attempts that make an endpoint failing (outbox.endpoint.failing).
+    failing_threshold: int = Field(default=10, ge=1)
     # Retention: the worker prunes finished deliveries (and attempt logs, orphaned events)
     # older than this, every prune_interval_seconds; 0 disables it.
     retention_seconds: float = Field(default=7 * 86400.0, ge=0)

@@ -226,7 +226,8 @@ class Store:
 
     async def complete(self, done: Sequence[Completion]) -> int:
         """Record ``done`` in one statement; returns how many were not fenced out."""
-        params = _completion_params(done, self.settings.worker_id)
+        params = _completion_params(done, self.settings.worker_id,
+                                    self.settings.failing_threshold)
 
         async def op(fresh: bool) -> int:
             async with self.connections.transaction(fresh=fresh) as conn:
@@ -278,7 +279,8 @@ class Store:
         return await self._retrying(op)
 
 
-def _completion_params(done: Sequence[Completion], worker: str) -> dict[str, Any]:
+def _completion_params(done: Sequence[Completion], worker: str,
+                       failing_after: int) -> dict[str, Any]:
     return {
         "ids": [c.delivery_id for c in done],
         "tokens": [c.token for c in done],
@@ -294,6 +296,7 @@ def _completion_params(done: Sequence[Completion], worker: str) -> dict[str, Any
         "excerpts": [_clean(c.excerpt) for c in done],
         "gone": list({c.gone_endpoint for c in done if c.gone_endpoint}),
         "worker": worker,
+        "failing_after": failing_after,
     }
 
 

@@ -63,6 +63,10 @@ BEGIN
         RAISE EXCEPTION 'event type % is malformed: use letters, digits and . _ : / - '
             '(e.g. ''invoice.paid'')', quote_literal(type) USING ERRCODE = '22023';
     END IF;
+    IF starts_with(type, 'outbox.') THEN
+        RAISE EXCEPTION 'event type % is reserved: types starting with ''outbox.'' are the '
+            'sender''s operational events', quote_literal(type) USING ERRCODE = '22023';
+    END IF;
     FOR i IN 1..3 LOOP
         CONTINUE WHEN vals[i] IS NULL;
         IF vals[i] = '' THEN

@@ -13,7 +13,8 @@
 --         pinned, EXECUTE revoked from PUBLIC; a service that emits only from SQL needs
 --         nothing but USAGE on the schema and EXECUTE on emit (no table privilege).
 -- worker: delivers. Claims and completes deliveries, reads events and endpoints (secrets
---         included: it signs), logs attempts, disables an endpoint on 410, prunes.
+--         included: it signs), logs attempts, disables an endpoint on 410, prunes, and
+--         writes operational events (outbox.*) with their deliveries.
 
 GRANT USAGE ON SCHEMA :"schema" TO :"app_role", :"worker_role";
 
@@ -31,7 +32,12 @@ GRANT SELECT (name, json_schema, deprecated) ON :"schema".event_types TO :"app_r
 GRANT SELECT, UPDATE, DELETE ON :"schema".deliveries TO :"worker_role";
 GRANT SELECT, DELETE ON :"schema".events TO :"worker_role";
 GRANT SELECT ON :"schema".endpoints TO :"worker_role";
-GRANT UPDATE (enabled, disabled_reason, updated_at) ON :"schema".endpoints TO :"worker_role";
+GRANT UPDATE (enabled, disabled_reason, updated_at, failure_streak, failing_since)
+    ON :"schema".endpoints TO :"worker_role";
+-- operational events (migrations/0013_operational_events.sql): the completion writes them
+-- through op_insert (outbox.* types only: no INSERT on events) and fans them out
+GRANT INSERT ON :"schema".deliveries TO :"worker_role";
+GRANT EXECUTE ON FUNCTION :"schema".op_insert(json) TO :"worker_role";
 GRANT SELECT, INSERT, DELETE ON :"schema".delivery_attempts TO :"worker_role";
 -- ordered endpoints: the claim places fresh deliveries, the completion promotes the next
 -- (migrations/0005_ordered.sql)

@@ -90,6 +90,9 @@ MEANINGS: dict[str, str] = {
                               "of the concurrency. As many more wait in the process, the rest "
                               "go back to the queue.",
     "breaker_threshold": "Consecutive failures that open an endpoint's circuit breaker.",
+    "failing_threshold": "Consecutive failed attempts (across all workers) that make an "
+                         "endpoint `failing`: `outbox.endpoint.failing` once, "
+                         "`outbox.endpoint.recovered` at its next delivered attempt.",
     "breaker_cooldown_seconds": "How long an open breaker hides the endpoint's deliveries "
                                 "before one probe.",
     "retention_seconds": "Finished deliveries older than this are pruned by the workers "

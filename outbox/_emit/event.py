@@ -97,6 +97,10 @@ class PreparedEvent:
     source: Any = None
 
 
+#: Types the sender emits itself (operational events); emit refuses them.
+RESERVED_PREFIX = "outbox."
+
+
 def new_id() -> uuid.UUID:
     """A time-ordered UUIDv7: index inserts stay at the hot end; no '.' in its text."""
     return uuid_compat.uuid7()
@@ -111,6 +115,9 @@ def prepare(event: Event, max_payload_bytes: int, *,
     if not isinstance(event, Event):
         raise InvalidEvent(f"expected outbox.Event, got {type(event).__name__}")
     check_type(event.type)
+    if event.type.startswith(RESERVED_PREFIX):
+        raise InvalidEvent(f"event type {event.type!r} is reserved: types starting with "
+                           f"{RESERVED_PREFIX!r} are the sender's operational events")
     _check_key("key", event.key)
     _check_key("idempotency_key", event.idempotency_key)
     check_tenant(event.tenant)

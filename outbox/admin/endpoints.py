@@ -43,6 +43,7 @@ from outbox.settings import get_settings
 from outbox.signing import decode_secret, generate_secret
 
 __all__ = [
+    "ACTORS",
     "URL_MAX_LENGTH",
     "Created",
     "Endpoint",
@@ -63,6 +64,8 @@ __all__ = [
 ]
 
 URL_MAX_LENGTH = 2048
+#: Who may enable or disable an endpoint (``data.by`` of the operational event).
+ACTORS = ("operator", "tenant")
 _HEADER_NAME_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$")
 _RESERVED_HEADERS = frozenset(
     {"host", "content-length", "content-type", "content-encoding", "transfer-encoding",
@@ -342,12 +345,20 @@ def set_enabled(
     *,
     schema: str,
     reason: str | None = None,
+    actor: str = "operator",
 ) -> Endpoint:
     """Enable or disable an endpoint. Disabled endpoints get no new deliveries and
-    workers do not send their pending ones until re-enabled."""
+    workers do not send their pending ones until re-enabled.
+
+    A change of state emits ``outbox.endpoint.disabled`` or ``outbox.endpoint.enabled``
+    (``data.by`` is ``actor``: ``operator`` or ``tenant``) in the same statement, so it
+    commits with the change; setting the state the endpoint already has emits nothing."""
     eid = parse_id(endpoint_id)
     validate_text("reason", reason, max_length=500)
-    params = {"id": eid, "enabled": enabled, "reason": None if enabled else (reason or "manual")}
+    if actor not in ACTORS:
+        raise InvalidEndpoint(f"actor must be one of {', '.join(ACTORS)}, not {actor!r}")
+    params = {"id": eid, "enabled": enabled, "reason": None if enabled else (reason or "manual"),
+              "actor": actor}
     with translated(), conn.cursor(row_factory=_ENDPOINT_ROW) as cur:
         cur.execute(render(queries.ENDPOINT_SET_ENABLED, schema), params)
         row = cur.fetchone()

@@ -17,6 +17,8 @@ event. Guarantees of :func:`replay`:
   ``replayed``, by ``actor``) recording what it had died of.
 - **Refusals change nothing.** Unknown ids raise :class:`DeliveryNotFound`; dead rows of a
   disabled endpoint raise :class:`OperationRefused` unless ``enable_endpoints``.
+- **Reported.** A replay that re-queued anything ends with one ``outbox.replay.finished``
+  operational event (docs/guides/operational-events.md) of the selection's tenant.
 - **Ordered endpoints.** A dead delivery that still holds its key blocks the key: the
   key's later deliveries wait. Replaying it puts it back at the head of its key, so the
   key resumes in order; :func:`skip` releases the key without it instead.
@@ -189,6 +191,21 @@ def replay(
         params["after"] = batch.last_id
         if progress is not None:
             progress(examined, max(plan.total, examined))
-    return ReplayResult(replayed, examined - replayed, batches, enabled)
+    result = ReplayResult(replayed, examined - replayed, batches, enabled)
+    if batches:
+        _report(conn, schema, selection.tenant, actor, result)
+    return result
+
+
+def _report(conn: psycopg.Connection[Any], schema: str, tenant: str | None, actor: str,
+            result: ReplayResult) -> None:
+    """``outbox.replay.finished``, committed after the last batch (a replay interrupted
+    before it reports nothing; running it again finishes it and reports)."""
+    params = {"tenant": tenant, "replayed": result.replayed, "skipped": result.skipped,
+              "batches": result.batches,
+              "enabled": [str(e) for e in result.enabled_endpoints],
+              "actor": actor}
+    with translated(), conn.transaction():
+        conn.execute(render(queries.OP_REPLAY_FINISHED, schema), params)
 
 

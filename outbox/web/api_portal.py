@@ -108,7 +108,7 @@ def disable_endpoint(endpoint_id: str, tenant: Tenant, conn: Conn, settings: App
     endpoint = own_endpoint(conn, schema, tenant, endpoint_id)
     reason = body.reason if body else "disabled in the portal"
     return {"endpoint": endpoint_json(ep.set_enabled(conn, endpoint.id, False, schema=schema,
-                                                     reason=reason))}
+                                                     reason=reason, actor="tenant"))}
 
 
 @router.post("/endpoints/{endpoint_id}/enable")
@@ -116,7 +116,8 @@ def enable_endpoint(endpoint_id: str, tenant: Tenant, conn: Conn,
                     settings: AppSettings) -> dict[str, Any]:
     schema = settings.schema_name
     endpoint = own_endpoint(conn, schema, tenant, endpoint_id)
-    return {"endpoint": endpoint_json(ep.set_enabled(conn, endpoint.id, True, schema=schema))}
+    return {"endpoint": endpoint_json(ep.set_enabled(conn, endpoint.id, True, schema=schema,
+                                                     actor="tenant"))}
 
 
 @router.post("/endpoints/{endpoint_id}/rotate-secret")

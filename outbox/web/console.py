@@ -17,7 +17,7 @@ import psycopg
 from fastapi import APIRouter, Depends, Form, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, Response
 
-from outbox.admin import activity, deadletter, stats
+from outbox.admin import activity, deadletter, opevents, stats
 from outbox.admin import deadletter as dl
 from outbox.admin import endpoints as ep
 from outbox.admin import events as ev
@@ -88,6 +88,7 @@ def overview(request: Request, page: Page, conn: Conn) -> Response:
         "rate": [rate_chart(minutes, WIDE), rate_chart(minutes, NARROW)],
         "backlog": [backlog_chart(minutes, WIDE), backlog_chart(minutes, NARROW)],
         "attention": attention,
+        "operational": opevents.recent(conn, schema=schema, limit=10),
     }
     return render(request, "overview.html", context)
 

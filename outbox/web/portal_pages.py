@@ -77,9 +77,15 @@ def _owned(conn: psycopg.Connection[Any], request: Request, tenant: str,
     return endpoint
 
 
-def _types(text: str) -> list[str] | None:
-    """Event-type filters typed as "a.b, c.*" (commas or spaces); none: every type."""
+OPERATIONAL = "outbox.*"
+
+
+def _types(text: str, operational: str = "") -> list[str] | None:
+    """Event-type filters typed as "a.b, c.*" (commas or spaces), plus ``outbox.*`` when the
+    operational events box is ticked; none: every type (operational events excluded)."""
     found = [t for t in re.split(r"[,\s]+", text.strip()) if t]
+    if operational and OPERATIONAL not in found:
+        found.append(OPERATIONAL)
     return found or None
 
 
@@ -112,18 +118,21 @@ def _offered(conn: psycopg.Connection[Any], request: Request, tenant: str) -> li
 @router.post("/endpoints", response_class=HTMLResponse, include_in_schema=False)
 def add(request: Request, page: Page, _: Posted, conn: Conn,
         url: Annotated[str, Form()] = "", description: Annotated[str, Form()] = "",
-        event_types: Annotated[str, Form()] = "") -> Response:
+        event_types: Annotated[str, Form()] = "",
+        operational: Annotated[str, Form()] = "") -> Response:
     """Register an endpoint of the tenant; its generated secret is shown once."""
     settings = auth.web_settings(request)
     try:
         catalog.check_subscribable(conn, page["tenant"], _types(event_types),
                                    schema=settings.schema_name)
         created = ep.add(conn, url.strip(), schema=settings.schema_name, tenant=page["tenant"],
-                         description=description.strip()[:500], event_types=_types(event_types),
+                         description=description.strip()[:500],
+                         event_types=_types(event_types, operational),
                          allow_networks=portal_allow_networks(settings), box=settings.secret_box(),
                          allow_brokers=False)
     except BAD_INPUT as exc:
-        form = {"url": url, "description": description, "event_types": event_types}
+        form = {"url": url, "description": description, "event_types": event_types,
+                "operational": operational}
         return _home(request, page, conn, error=str(exc), form=form, status=400)
     return render(request, "portal_secret.html", {
         **page, "page": "endpoints", "endpoint": created.endpoint, "secret": created.secret,
@@ -144,22 +153,25 @@ def edit_form(request: Request, endpoint_id: str, page: Page, conn: Conn) -> Res
 
 
 def _form_of(endpoint: ep.Endpoint) -> dict[str, str]:
+    types = endpoint.event_types or []
     return {"url": endpoint.url, "description": endpoint.description,
-            "event_types": ", ".join(endpoint.event_types or [])}
+            "event_types": ", ".join(t for t in types if t != OPERATIONAL),
+            "operational": "on" if OPERATIONAL in types else ""}
 
 
 @router.post("/endpoints/{endpoint_id}", response_class=HTMLResponse,
              include_in_schema=False)
 def save(request: Request, endpoint_id: str, page: Page, _: Posted, conn: Conn,
          url: Annotated[str, Form()] = "", description: Annotated[str, Form()] = "",
-         event_types: Annotated[str, Form()] = "") -> Response:
+         event_types: Annotated[str, Form()] = "",
+         operational: Annotated[str, Form()] = "") -> Response:
     """Change the URL, description and event types (nothing changes on a refusal)."""
     settings = auth.web_settings(request)
     try:
         endpoint = _owned(conn, request, page["tenant"], endpoint_id)
     except NOT_FOUND as exc:
         return error_page(request, exc, page)
-    types = _types(event_types)
+    types = _types(event_types, operational)
     try:
         catalog.check_subscribable(conn, page["tenant"], types, schema=settings.schema_name)
         ep.update(conn, endpoint.id, schema=settings.schema_name, url=url.strip(),
@@ -167,7 +179,8 @@ def save(request: Request, endpoint_id: str, page: Page, _: Posted, conn: Conn,
                   all_event_types=types is None, allow_networks=portal_allow_networks(settings),
                   allow_brokers=False)
     except BAD_INPUT as exc:
-        form = {"url": url, "description": description, "event_types": event_types}
+        form = {"url": url, "description": description, "event_types": event_types,
+                "operational": operational}
         return render(request, "portal_edit.html", {
             **page, "page": "endpoints", "e": endpoint, "form": form, "error": str(exc),
             "offered": _offered(conn, request, page["tenant"])}, status_code=400)
@@ -184,7 +197,7 @@ def endpoint_action(request: Request, endpoint_id: str, action: str, page: Page,
         endpoint = _owned(conn, request, page["tenant"], endpoint_id)
         if action in ("enable", "disable"):
             ep.set_enabled(conn, endpoint.id, action == "enable", schema=schema,
-                           reason="disabled in the portal")
+                           reason="disabled in the portal", actor="tenant")
             return see_other(request, f"/portal/?done={action}d")
         if action != "rotate":
             raise EndpointNotFound(f"no such action {action!r}")

@@ -110,7 +110,7 @@ def test_completion_plan_finds_rows_by_primary_key(db_url: str) -> None:
         complete = render(queries.COMPLETE, SCHEMA)
         with c.transaction(force_rollback=True):
             plan = "\n".join(r[0] for r in c.execute(
-                ("EXPLAIN " + complete).encode(), _completion_params(done, "w")))
+                ("EXPLAIN " + complete).encode(), _completion_params(done, "w", 10)))
     assert "Index Scan using deliveries_pkey on deliveries d" in plan, plan
     assert "deliveries_due" not in plan, plan
 

@@ -300,7 +300,7 @@ def _complete_params(job: Any) -> dict[str, Any]:
     return {"ids": [job[0]], "tokens": [job[2]], "states": ["delivered"], "delays": [0.0],
             "refunds": [0], "statuses": [200], "errors": [None], "outcomes": ["delivered"],
             "attempts": [job[1]], "durations": [1.0], "classes": [None], "excerpts": [None],
-            "gone": [], "worker": "test"}
+            "gone": [], "worker": "test", "failing_after": 10}
 
 
 def test_a_completion_racing_a_placement_never_strands_the_key(db_url: str) -> None:

@@ -164,8 +164,8 @@ def test_completion_takes_colliding_keys_in_lock_order(db_url: str) -> None:
         assert len(heads) == 2
         params: dict[str, Any] = {k: [v for h in heads for v in _complete_params(h)[k]]
                                   for k in _complete_params(heads[0])
-                                  if k not in ("gone", "worker")}
-        params.update(gone=[], worker="test")
+                                  if k not in ("gone", "worker", "failing_after")}
+        params.update(gone=[], worker="test", failing_after=10)
     lock = "hashtext('outbox.ordered:' || %s::text), hashtext(%s)"
     with psycopg.connect(db_url, autocommit=True) as holder, \
             psycopg.connect(db_url, autocommit=True) as w, \

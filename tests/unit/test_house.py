@@ -45,7 +45,7 @@ PUBLIC: dict[str, set[str]] = {
     "outbox.testing": set(),  # its own page (docs/guides/testing.md) documents the names
     "outbox.worker": {"demo_runner", "drain", "ping", "run_worker", "worker_settings"},
     "outbox.admin.endpoints": {
-        "Created", "Endpoint", "Rotated", "URL_MAX_LENGTH", "Updated", "add",
+        "ACTORS", "Created", "Endpoint", "Rotated", "URL_MAX_LENGTH", "Updated", "add",
         "check_destination", "get", "list_all", "parse_id", "rotate_secret", "set_enabled",
         "signing_secrets", "update", "validate_headers", "validate_text", "validate_url",
     },
@@ -84,6 +84,7 @@ PUBLIC: dict[str, set[str]] = {
                                  "jsonschema_bundle", "openapi"},
     "outbox.types": {"EventType", "Registered", "event", "event_type", "publish", "register",
                      "registered", "schema_of"},
+    "outbox.admin.opevents": {"TYPES", "OperationalEvent", "recent"},
     "outbox.cli": {"cli", "load_commands", "main"},
     "outbox.web": set(),
     "outbox.contrib.fastapi": set(),

@@ -92,6 +92,13 @@ from outbox._db.queries.operations import (
     STATS_TOP_TENANTS,
     TRANSACTION_ISOLATION,
 )
+from outbox._db.queries.opevents import (
+    OP_EMIT,
+    OP_PREFIX,
+    OP_RECENT,
+    OP_REPLAY_FINISHED,
+    OP_WAKE,
+)
 from outbox._db.queries.schema import (
     BEGIN_TRANSACTION,
     CREATE_SCHEMA,
@@ -169,6 +176,11 @@ __all__ = [
     "MIGRATION_LOCK",
     "MIGRATION_READ_COMMITTED",
     "MIGRATION_RECORD",
+    "OP_EMIT",
+    "OP_PREFIX",
+    "OP_RECENT",
+    "OP_REPLAY_FINISHED",
+    "OP_WAKE",
     "ORDERED_LOCK_ORDER",
     "PREPARED_STATEMENT",
     "PRUNE_COUNT",

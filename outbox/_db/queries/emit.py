@@ -63,17 +63,27 @@ _FAN_OUT = _fan_out()
 # event (1,000 events over 100 tenants: 100 lookups), then joins back to the events.
 # '' stands for "no tenant" in the join key only (a tenant id is never empty).
 # Rows go in event order (ids are UUIDv7, made in input order): see _KEY above.
-_FAN_OUT_GROUPED = f"""
+# ``source`` names the event rows (a CTE); ``catch_all=False`` leaves out endpoints whose
+# filter is every type (NULL): operational events (outbox._db.queries.opevents) reach only
+# endpoints that name them (``outbox.*`` or an exact type).
+def fan_out_grouped(source: str, *, catch_all: bool = True) -> str:
+    takes = _takes("ep.event_types", "k.type")
+    if not catch_all:
+        takes = f"(ep.event_types IS NOT NULL AND {takes})"
+    return f"""
     INSERT INTO {{schema}}.deliveries (event_id, endpoint_id, key, state)
     SELECT ins.id, ep.id, {_KEY}, {_STATE}
-      FROM ins JOIN (
+      FROM {source} ins JOIN (
             SELECT k.tenant, k.type, ep.id, ep.ordered
-              FROM (SELECT DISTINCT tenant, type FROM ins) k
+              FROM (SELECT DISTINCT tenant, type FROM {source}) k
              CROSS JOIN LATERAL {_scope("k.tenant")} ep
-             WHERE {_takes("ep.event_types", "k.type")}) ep
+             WHERE {takes}) ep
         ON COALESCE(ep.tenant, '') = COALESCE(ins.tenant, '') AND ep.type = ins.type
      ORDER BY ins.id
 """
+
+
+_FAN_OUT_GROUPED = fan_out_grouped("ins")
 
 EMIT_ONE = (
     """

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from outbox._db.queries.opevents import OP_EMIT, OP_WAKE
+
 # --- endpoints --------------------------------------------------------------------------
 ENDPOINT_COLUMNS = """
     id, url, description, tenant, all_tenants, event_types, headers, enabled, disabled_reason,
@@ -34,12 +36,18 @@ ENDPOINT_GET = "SELECT" + ENDPOINT_COLUMNS + "FROM {schema}.endpoints WHERE id =
 
 # Disabling parks the endpoint's idle pending deliveries (visible_at = infinity) so claims
 # skip them at no cost; enabling makes parked ones due at once. Leased rows finish normally.
+# A change of state emits outbox.endpoint.disabled / outbox.endpoint.enabled in the same
+# statement (outbox._db.queries.opevents), ``by`` %(actor)s; setting the state it already
+# has emits nothing. ``old`` locks the row first (the UPDATE reads it: it runs first) and
+# reads its latest committed state, so two concurrent disables emit one event.
 ENDPOINT_SET_ENABLED = (
     """
-WITH ep AS (
+WITH old AS MATERIALIZED (
+    SELECT id, enabled FROM {schema}.endpoints WHERE id = %(id)s FOR UPDATE),
+ep AS (
     UPDATE {schema}.endpoints
        SET enabled = %(enabled)s, disabled_reason = %(reason)s, updated_at = now()
-     WHERE id = %(id)s
+     WHERE id = (SELECT id FROM old)
     RETURNING"""
     + ENDPOINT_COLUMNS
     + """),
@@ -49,8 +57,23 @@ parked AS (
       FROM ep
      WHERE d.endpoint_id = ep.id AND d.state = 'pending'
        AND CASE WHEN %(enabled)s THEN d.visible_at = 'infinity'
-                ELSE d.visible_at <= now() OR d.lease_token IS NULL END)
-SELECT * FROM ep
+                ELSE d.visible_at <= now() OR d.lease_token IS NULL END),
+op_src AS (
+    SELECT CASE WHEN ep.enabled THEN 'outbox.endpoint.enabled'
+                ELSE 'outbox.endpoint.disabled' END AS type,
+           ep.tenant,
+           CASE WHEN ep.enabled
+                THEN json_build_object('endpoint_id', ep.id, 'tenant', ep.tenant,
+                                       'by', %(actor)s::text)
+                ELSE json_build_object('endpoint_id', ep.id, 'tenant', ep.tenant,
+                                       'by', %(actor)s::text, 'reason', ep.disabled_reason)
+           END AS data
+      FROM ep JOIN old ON old.id = ep.id
+     WHERE old.enabled IS DISTINCT FROM ep.enabled),"""
+    + OP_EMIT + ","
+    + OP_WAKE
+    + """
+SELECT""" + ENDPOINT_COLUMNS + """FROM ep WHERE (SELECT count(*) FROM op_wake) >= 0
 """
 )
 
