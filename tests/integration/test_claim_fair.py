@@ -10,7 +10,7 @@ import psycopg
 
 from outbox.db import render
 from outbox.delivery import queries
-from tests.support.pg import SCHEMA
+from tests.support.pg import SCHEMA, UNBUDGETED
 
 CLAIM = render(queries.CLAIM, SCHEMA).encode()
 ENDPOINT_COLUMN = 7  # endpoint_id in the claim's result
@@ -34,7 +34,8 @@ def _due(c: psycopg.Connection[Any], endpoint: uuid.UUID, n: int, age_s: float) 
 
 
 def _claim(c: psycopg.Connection[Any], limit: int) -> list[tuple[Any, ...]]:
-    return c.execute(CLAIM, {"limit": limit, "lease": 30.0, "token": uuid.uuid4()}).fetchall()
+    return c.execute(CLAIM, {"limit": limit, "lease": 30.0, "token": uuid.uuid4(),
+                                    **UNBUDGETED}).fetchall()
 
 
 def test_quiet_endpoint_is_claimed_at_once_behind_a_burst(db_url: str) -> None:

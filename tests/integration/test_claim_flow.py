@@ -1,0 +1,82 @@
+"""The claim's per-endpoint budgets: free slots of this process, and the send tokens of a
+rate-limited endpoint shared by every claim (delivery/queries.py BUDGET)."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from typing import Any
+
+import psycopg
+
+from outbox.db import render
+from outbox.delivery import queries
+from tests.support.pg import SCHEMA, UNBUDGETED
+from tests.support.workers import add_endpoint
+
+CLAIM = render(queries.CLAIM, SCHEMA).encode()
+ENDPOINT_COLUMN = 7
+
+
+def _due(c: psycopg.Connection[Any], endpoint: uuid.UUID, n: int) -> None:
+    c.execute("""
+        WITH ev AS (INSERT INTO outbox.events (id, type, payload)
+                    SELECT gen_random_uuid(), 'x', '{}' FROM generate_series(1, %(n)s)
+                    RETURNING id)
+        INSERT INTO outbox.deliveries (event_id, endpoint_id, visible_at)
+        SELECT id, %(ep)s, now() - interval '1 second' FROM ev""", {"n": n, "ep": endpoint})
+
+
+def _claim(c: psycopg.Connection[Any], limit: int, **budget: Any) -> Counter[Any]:
+    params = {"limit": limit, "lease": 30.0, "token": uuid.uuid4(), **UNBUDGETED, **budget}
+    return Counter(r[ENDPOINT_COLUMN] for r in c.execute(CLAIM, params).fetchall())
+
+
+def test_the_claim_takes_no_more_than_the_free_slots(db_url: str) -> None:
+    """Cap 25 (the default cap passed), 10 in flight here: 15 of the hot endpoint, and the
+    FIFO fill does not add more of it; another endpoint's cap is its own."""
+    hot = add_endpoint(db_url, "http://127.0.0.1:9/hot")
+    capped = add_endpoint(db_url, "http://127.0.0.1:9/capped", max_in_flight=3)
+    with psycopg.connect(db_url, autocommit=True) as c:
+        _due(c, hot, 200)
+        _due(c, capped, 50)
+        got = _claim(c, 100, default_cap=25, used_ids=[hot], used_counts=[10])
+        assert got == {hot: 15, capped: 3}
+        # at its cap here: none of it, whatever the limit
+        assert _claim(c, 100, default_cap=25, used_ids=[hot, capped],
+                      used_counts=[25, 1 << 30]) == {}
+
+
+def test_a_rate_limit_is_shared_by_every_claim(db_url: str) -> None:
+    """10/s, burst 10: the first claim takes the burst, the next ones (other connections:
+    other processes) only what refilled since; a claim that finds the bucket locked by an
+    open claim takes nothing of the endpoint, and the unlimited endpoint is unaffected."""
+    limited = add_endpoint(db_url, "http://127.0.0.1:9/limited", rate_limit=10,
+                           rate_burst=10)
+    free = add_endpoint(db_url, "http://127.0.0.1:9/free")
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("UPDATE outbox.endpoint_flow SET refilled_at = now() - interval '1 hour'")
+        _due(c, limited, 100)
+        _due(c, free, 100)
+    with psycopg.connect(db_url) as one, psycopg.connect(db_url, autocommit=True) as two:
+        first = _claim(one, 50)  # open transaction: holds the bucket's row
+        second = _claim(two, 50)
+        one.commit()
+        third = _claim(two, 50)
+    assert first[limited] == 10
+    assert second[limited] == 0 and second[free] > 0
+    assert third[limited] <= 1  # refilled at 10/s for the few ms since
+    with psycopg.connect(db_url) as c:
+        (tokens,), = c.execute("SELECT tokens FROM outbox.endpoint_flow WHERE endpoint_id"
+                               " = %s", (limited,)).fetchall()
+    assert 0 <= tokens < 1
+
+
+def test_a_paused_endpoint_is_not_claimed(db_url: str) -> None:
+    paused = add_endpoint(db_url, "http://127.0.0.1:9/paused")
+    with psycopg.connect(db_url, autocommit=True) as c:
+        _due(c, paused, 10)
+        c.execute("UPDATE outbox.endpoint_flow SET paused_until = now() + interval '1 minute'")
+        assert _claim(c, 10) == {}
+        c.execute("UPDATE outbox.endpoint_flow SET paused_until = now()")
+        assert _claim(c, 10) == {paused: 10}
