@@ -18,7 +18,7 @@ applies (the endpoint is unthrottled). The first cut starts from the rate this p
 in its last second (the others' share is unknown here): at worst low, and growing back.
 
 Which answers count: a 429 always; 503s and timeouts once they are at least half of
-this process's answers from the endpoint in the current second (:func:`is_throttle`).
+this process's answers from the endpoint over about two seconds (:func:`is_throttle`).
 A signal is sent at most every ``SIGNAL_SECONDS`` per endpoint and process, except a longer
 ``Retry-After`` pause than the one already sent.
 """
@@ -37,6 +37,7 @@ INCREASE = 0.05
 SIGNAL_SECONDS = 0.5
 PUSH_PAUSE_SECONDS = 5.0  # pauses this long also push the rows (idle workers then sleep)
 THROTTLE_STATUSES = frozenset({429, 503})
+MIN_OVERLOAD = 5  # 503s/timeouts in the window before they count as overload
 
 
 @dataclass(slots=True)
@@ -45,6 +46,7 @@ class _Seen:
     count: int = 0
     bad: int = 0  # 503s and timeouts this second
     last_count: int = 0
+    last_bad: int = 0
     signalled_at: float = -1e9
     paused_until: float = 0.0
 
@@ -60,11 +62,12 @@ class Signal:
 
 
 def is_throttle(result: AttemptResult) -> bool:
-    """A 429, a 503 or a timeout: the receiver may be overloaded or limiting us. A 429
-    always slows the endpoint down; 503s and timeouts do when they are at least half of
-    this process's answers from it in the current second (two at least): an endpoint that
-    fails one request in five is flaky, not overloaded, and its failures are retried (and
-    counted by the circuit breaker), not throttled."""
+    """A 429, a 503 or a timeout: the receiver may be overloaded or limiting us. A 429 (or
+    a 503 with Retry-After) always slows the endpoint down; other 503s and timeouts do
+    when they are at least half of this process's answers from it in the current and the
+    previous second, and at least MIN_OVERLOAD of them: an endpoint that fails one request
+    in five is flaky, not overloaded, and its failures are retried (and counted by the
+    circuit breaker), not throttled."""
     return result.status_code in THROTTLE_STATUSES or result.error_class == "timeout"
 
 
@@ -84,18 +87,21 @@ class Throttle:
             seen = self._seen[endpoint] = _Seen()
         second = int(now)
         if second != seen.second:
-            seen.last_count = seen.count if second == seen.second + 1 else 0
+            recent = second == seen.second + 1
+            seen.last_count, seen.last_bad = (seen.count, seen.bad) if recent else (0, 0)
             seen.second, seen.count, seen.bad = second, 0, 0
         seen.count += 1
         if not is_throttle(result):
             return None
-        if result.status_code != 429:  # 503 or timeout: overload only if it is most answers
-            seen.bad += 1
-            if seen.bad < 2 or 2 * seen.bad < seen.count:
-                return None
-        pause, after = 0.0, result.retry_after_seconds
+        after = result.retry_after_seconds
+        pause = 0.0
         if after is not None and after > 0 and result.status_code in THROTTLE_STATUSES:
             pause = min(after, self._pause_max)  # (NaN fails "> 0")
+        if result.status_code != 429 and not pause:  # overload only if most answers are
+            seen.bad += 1
+            bad, count = seen.bad + seen.last_bad, seen.count + seen.last_count
+            if bad < MIN_OVERLOAD or 2 * bad < count:
+                return None
         longer_pause = pause > 0 and now + pause > seen.paused_until + 0.05
         if now - seen.signalled_at < SIGNAL_SECONDS and not longer_pause:
             return None

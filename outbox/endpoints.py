@@ -398,6 +398,35 @@ def update(
     return Updated(row, warnings)
 
 
+def set_tenant_rate_limit(
+    conn: psycopg.Connection[Any],
+    endpoint_id: str | uuid.UUID,
+    rate_limit: float | None,
+    *,
+    tenant: str,
+    schema: str,
+) -> Endpoint:
+    """The tenant's own rate limit of its endpoint (requests per second; None removes it):
+    it may lower the operator's ``rate_limit``, never raise it (refused with
+    :class:`InvalidEndpoint`, nothing written). An endpoint of another tenant, or of every
+    tenant, is :class:`EndpointNotFound`, as if absent."""
+    validate_scope(tenant, all_tenants=False)
+    limit = _positive("rate_limit", rate_limit, upper=1_000_000)
+    current = get(conn, endpoint_id, schema=schema)
+    if current.tenant != tenant or current.all_tenants:
+        raise EndpointNotFound(f"no endpoint {endpoint_id}")
+    if limit is not None and current.rate_limit is not None and limit > current.rate_limit:
+        raise InvalidEndpoint(f"rate_limit {limit:g}/s is above this endpoint's limit of "
+                              f"{current.rate_limit:g}/s")
+    params = {"id": current.id, "tenant": tenant, "limit": limit}
+    with translated(), conn.cursor(row_factory=_ENDPOINT_ROW) as cur:
+        cur.execute(render(queries.ENDPOINT_SET_TENANT_RATE_LIMIT, schema), params)
+        row = cur.fetchone()
+    if row is None:  # the operator lowered its limit meanwhile
+        raise InvalidEndpoint("rate_limit is above this endpoint's limit")
+    return row
+
+
 def rotate_secret(
     conn: psycopg.Connection[Any],
     endpoint_id: str | uuid.UUID,

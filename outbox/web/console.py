@@ -16,7 +16,7 @@ import psycopg
 from fastapi import APIRouter, Depends, Form, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, Response
 
-from outbox import console_data, deadletter, stats
+from outbox import console_data, deadletter, flow, stats
 from outbox import endpoints as ep
 from outbox import events as ev
 from outbox.web import auth
@@ -116,9 +116,10 @@ def endpoints_page(request: Request, page: Page, conn: Conn, tenant: str | None 
         listed = ep.list_all(conn, schema=schema, tenant=tenant)
         health = {h.stats.endpoint_id: h
                   for h in ev.endpoint_health(conn, schema=schema, tenant=tenant)}
+        flows = flow.states(conn, [e.id for e in listed], schema=schema)
     except BAD_INPUT as exc:
         return error_page(request, exc, {**context, "back": "/endpoints"})
-    rows = [_endpoint_row(e, health.get(e.id)) for e in listed
+    rows = [{**_endpoint_row(e, health.get(e.id)), "flow": flows.get(e.id)} for e in listed
             if want is None or e.enabled == want]
     return render(request, "endpoints.html", {**context, "rows": rows})
 

@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 from outbox import timeparse
 from outbox.db import connect
 from outbox.endpoints import Endpoint
+from outbox.flow import FlowState
 from outbox.portal import WebSettings
 from outbox.ssrf import IPNetwork, parse_networks
 from outbox.web.auth import web_settings
@@ -102,6 +103,13 @@ def plain(value: Any) -> Any:
 def endpoint_json(endpoint: Endpoint) -> dict[str, Any]:
     """An endpoint as the API shows it (no secret: :class:`Endpoint` holds none)."""
     data: dict[str, Any] = plain(endpoint)
+    return data
+
+
+def flow_json(state: FlowState) -> dict[str, Any]:
+    """An endpoint's flow state as the API shows it (its id is the endpoint's)."""
+    data: dict[str, Any] = plain(state)
+    data.pop("endpoint_id", None)
     return data
 
 

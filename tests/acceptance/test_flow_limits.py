@@ -13,8 +13,8 @@ import psycopg
 import pytest
 
 import outbox
+from bench.limited import LimitedReceiver
 from outbox import flow
-from tests.support.limited import LimitedReceiver
 from tests.support.pg import SCHEMA
 from tests.support.workers import FAST, add_endpoint, emit, log_of, spawn, states, wait_until
 

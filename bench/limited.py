@@ -2,8 +2,10 @@
 ``Retry-After`` if asked) whenever it got more than ``limit`` requests in the last second,
 else 200; a ``pause`` script answers the first request with 429 and a Retry-After.
 
-Records every request (monotonic time, status, webhook-id, ordering key from the body)
-for the tests and the bench to count. Threaded, keep-alive (HTTP/1.1), no signature check.
+Records every request (monotonic time, status, webhook-id, JSON body) for the bench
+(bench.flow) and the tests (tests/acceptance/test_flow_limits.py) to count. Threaded,
+keep-alive (HTTP/1.1), no signature check: for rates of hundreds a second, not thousands
+(bench.sink is the fast one).
 """
 
 from __future__ import annotations
