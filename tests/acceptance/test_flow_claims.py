@@ -30,12 +30,14 @@ def _totals(proc: subprocess.Popen[bytes]) -> dict[str, int]:
 
 def test_a_busy_endpoint_drains_with_no_hand_backs(db_url: str) -> None:
     """One endpoint, 4,000 deliveries, two ``outbox worker --drain`` processes at default
-    settings (concurrency 100, cap 25 each): every row is claimed about once, never handed
+    settings and at concurrency 100 (cap 25 each: the endpoint's cap binds): every row is
+    claimed about once, never handed
     back (the claim takes no more of the endpoint than the process's free slots there)."""
     with Receiver() as rx:
         add_endpoint(db_url, rx.url + "/hot")
         emit(db_url, EVENTS)
-        procs = [spawn(db_url, "--drain", OUTBOX_WAKEUP="notify") for _ in range(2)]
+        procs = [spawn(db_url, "--drain", OUTBOX_WAKEUP="notify"),
+                 spawn(db_url, "--drain", OUTBOX_WAKEUP="notify", OUTBOX_CONCURRENCY="100")]
         for p in procs:
             assert p.wait(timeout=240) == 0, log_of(p)[-2000:]
     assert states(db_url) == {"delivered": EVENTS}
