@@ -1,7 +1,7 @@
 """Flow control: a hot endpoint at full speed, rate limits across processes, throttling.
 
     .venv/bin/python -m bench.flow [--events 10000] [--rounds 2] [--seconds 20]
-        [--only hot,peer_post,limit50,gateway,slow]
+        [--only hot,peer_post,peer_noop,limit50,gateway,slow]
 
 Sections (each on fresh scratch databases, worker processes ``python -m outbox worker``):
 
@@ -10,7 +10,8 @@ Sections (each on fresh scratch databases, worker processes ``python -m outbox w
   (``OUTBOX_ENDPOINT_MAX_IN_FLIGHT``): deliveries/s (median of ``--rounds``), claims per
   delivery and hand-backs (from the workers' exit counters).
 - ``peer_post``: pgqueuer draining the same number of jobs with a handler that signs and
-  POSTs each one to the same kind of sink (``bench.peer_post``).
+  POSTs each one to the same kind of sink (``bench.peer_post``); ``peer_noop``: its no-op
+  drain (``bench.peer``), the floor.
 - ``limit50``: four workers; one endpoint limited to 50/s (``bench.limited`` receiver) and
   one unlimited (``bench.sink``) in the same run for ``--seconds``: the limited one's
   rate at the receiver and most requests in any one second; the unlimited one's rate vs
@@ -46,8 +47,9 @@ from outbox import endpoints as ep
 Results = dict[str, Any]
 
 
-def hot(events: int, rounds: int, concurrency: int = 100) -> Results:
-    """Two drain workers on one endpoint: default settings vs the cap lifted."""
+def hot(events: int, rounds: int, concurrency: int = 1000) -> Results:
+    """Two drain workers on one endpoint: default settings vs the cap lifted to the
+    default concurrency (1000)."""
     runs: dict[str, list[Results]] = {"default": [], "cap_lifted": []}
     for _ in range(rounds):
         runs["default"].append(throughput(events, 2, {}))
@@ -198,7 +200,7 @@ def slow(endpoints: int, events: int, concurrencies: tuple[int, ...]) -> Results
     return res
 
 
-SECTIONS = ("hot", "peer_post", "limit50", "gateway", "slow")
+SECTIONS = ("hot", "peer_post", "peer_noop", "limit50", "gateway", "slow")
 
 
 def run(events: int = 10_000, rounds: int = 2, seconds: float = 20.0,
@@ -210,6 +212,9 @@ def run(events: int = 10_000, rounds: int = 2, seconds: float = 20.0,
             res[name] = hot(events, rounds)
         elif name == "peer_post":
             res[name] = peer_post(events, rounds)
+        elif name == "peer_noop":  # the floor (python -m bench runs it as "pgqueuer")
+            from bench import peer
+            res[name] = peer.pgqueuer_runs(events, rounds)
         elif name == "limit50":
             res[name] = limit50(seconds)
         elif name == "gateway":

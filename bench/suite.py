@@ -207,8 +207,9 @@ def run_flow(s: Sizes) -> Results:
     slow endpoints."""
     from bench import flow
     full = s.events >= FULL.events
+    only = tuple(n for n in flow.SECTIONS if n != "peer_noop")  # the pgqueuer section's
     return flow.run(events=10_000 if full else 3_000, rounds=2 if full else 1,
-                    seconds=20.0 if full else 8.0, out=sys.stderr)
+                    seconds=20.0 if full else 8.0, only=only, out=sys.stderr)
 
 
 def run_memory(s: Sizes) -> Results:
