@@ -107,7 +107,9 @@ from outbox.queries.operations import ORDERED_LOCK_ORDER
 # in the database (no claim, no hand-back write). Each endpoint costs two primary-key
 # probes of endpoints and endpoint_flow (a third, the lock, when controlled).
 # The adaptive rate (AIMD) grows linearly from the last decrease and stops applying 60 s
-# after it; a fixed limit is its ceiling.
+# after it; a fixed limit is its ceiling. While it applies the burst is 0.1 s of it (at
+# least 1): a throttled endpoint gets an even flow, not a second's worth at once (a
+# receiver counting a sliding second would see rate + burst and answer 429 again).
 BUDGET = """
     SELECT e.endpoint_id, s.metered,
            greatest(0, least(COALESCE(ep.max_in_flight, %(default_cap)s) - COALESCE(u.n, 0),
@@ -143,8 +145,7 @@ BUDGET = """
      CROSS JOIN LATERAL (
           SELECT least(ep.fixed, a.adaptive) AS rate,
                  greatest(1, CASE WHEN a.adaptive IS NULL THEN COALESCE(ep.rate_burst, ep.fixed)
-                                  ELSE least(COALESCE(ep.rate_burst, a.adaptive),
-                                             least(ep.fixed, a.adaptive)) END) AS burst) rb
+                                  ELSE 0.1 * least(ep.fixed, a.adaptive) END) AS burst) rb
      CROSS JOIN LATERAL (
           SELECT rb.rate,
                  least(rb.burst, fl.tokens + rb.rate * greatest(0, EXTRACT(
@@ -368,7 +369,10 @@ UPDATE {schema}.deliveries
 # Adaptive throttling (outbox.delivery.throttle): the endpoint answered 429 or 503, or
 # timed out. Cuts its allowed rate to DECREASE x the rate in force (the adaptive one while
 # it applies, else the fixed limit, else %(observed)s, what this process sent in its last
-# second), at most once a second whoever reports it, and restarts the linear growth; with
+# second), and restarts the linear growth -- once per congestion event, whoever reports
+# it: only for an answer to a request sent (%(sent_at)s, epoch seconds) after the last
+# cut, as TCP cuts once per window (the answers to requests already under way when the
+# rate was cut say nothing about the new rate), and at most every 0.25 s; with
 # %(pause)s > 0 (Retry-After, clamped) no claim takes its rows until then, and the bucket
 # starts empty at the pause's end (no burst the moment it lifts). One row, by primary key.
 THROTTLE = """
@@ -378,7 +382,7 @@ UPDATE {schema}.endpoint_flow f
                                   ELSE f.increase_per_second END,
        decreased_at = CASE WHEN c.cut THEN now() ELSE f.decreased_at END,
        tokens = CASE WHEN %(pause)s > 0 THEN 0
-                     ELSE least(f.tokens, c.rate) END,
+                     ELSE least(f.tokens, greatest(1, 0.1 * c.rate)) END,
        refilled_at = CASE WHEN %(pause)s > 0
                           THEN greatest(f.refilled_at, now() + make_interval(secs => %(pause)s))
                           ELSE f.refilled_at END,
@@ -386,7 +390,8 @@ UPDATE {schema}.endpoint_flow f
                            THEN greatest(f.paused_until, now() + make_interval(secs => %(pause)s))
                            ELSE f.paused_until END,
        throttled_total = f.throttled_total + 1
-  FROM (SELECT COALESCE(f0.decreased_at <= now() - interval '1 second', true) AS cut,
+  FROM (SELECT COALESCE(f0.decreased_at <= now() - interval '0.25 seconds'
+                        AND f0.decreased_at < to_timestamp(%(sent_at)s), true) AS cut,
                greatest(1.0, %(decrease)s * COALESCE(
                    least(least(e.rate_limit, e.tenant_rate_limit),
                          CASE WHEN f0.decreased_at > now() - interval '60 seconds'

@@ -232,13 +232,14 @@ class Store:
 
         return await self._retrying(op)
 
-    async def throttle(self, endpoint_id: uuid.UUID, observed: float, pause: float) -> int:
+    async def throttle(self, endpoint_id: uuid.UUID, observed: float, pause: float,
+                       sent_at: float) -> int:
         """Cut the endpoint's allowed rate for every worker and pause it ``pause`` seconds
         (:data:`outbox.delivery.queries.THROTTLE`); 1 if its state changed."""
         from outbox.delivery.throttle import DECREASE, INCREASE
 
         params = {"endpoint": endpoint_id, "observed": observed, "pause": pause,
-                  "decrease": DECREASE, "increase": INCREASE}
+                  "sent_at": sent_at, "decrease": DECREASE, "increase": INCREASE}
 
         async def op() -> int:
             async with self.pool.connection() as conn:

@@ -7,12 +7,13 @@ processes and hosts at their next claim. Pure bookkeeping here; the worker runs 
 statement (:data:`outbox.delivery.queries.THROTTLE`) as a side task.
 
 AIMD, as TCP's congestion control: a signal multiplies the endpoint's allowed rate by
-``DECREASE`` (0.7, at most once a second in the database, however many processes and
-requests report it: one round's 429s are one congestion event); the rate then grows back
-linearly by ``INCREASE`` (5%) of the rate it was cut to, each second without another
-signal. Multiplicative decrease gets under an unknown receiver limit in a few rounds from
-any start (0.7^n); additive increase probes back up gently, so the rate saws between 70%
-and 100% of what the receiver takes (about 85% on average, with signals every ~9 s). A
+``DECREASE`` (0.7) once per congestion event, however many processes and requests report
+it: only an answer to a request sent after the last cut cuts again (the others were
+already under way), as TCP cuts once per window; the rate then grows back linearly by
+``INCREASE`` (10%) of the rate it was cut to, each second without another cut.
+Multiplicative decrease gets under an unknown receiver limit in a few rounds from any
+start (0.7^n); additive increase probes back up gently, so the rate saws between 70%
+and 100% of what the receiver takes (about 85% on average, a cut every ~4 s). A
 fixed ``rate_limit`` is the ceiling. 60 s without a signal and the adaptive rate no longer
 applies (the endpoint is unthrottled). The first cut starts from the rate this process saw
 in its last second (the others' share is unknown here): at worst low, and growing back.
@@ -33,7 +34,7 @@ from uuid import UUID
 from outbox.delivery.outcome import AttemptResult
 
 DECREASE = 0.7
-INCREASE = 0.05
+INCREASE = 0.10
 SIGNAL_SECONDS = 0.5
 PUSH_PAUSE_SECONDS = 5.0  # pauses this long also push the rows (idle workers then sleep)
 THROTTLE_STATUSES = frozenset({429, 503})
@@ -59,6 +60,7 @@ class Signal:
     endpoint_id: UUID
     observed: float
     pause: float
+    sent_at: float = 0.0  # time.time() when the answered request was sent
 
 
 def is_throttle(result: AttemptResult) -> bool:
@@ -79,8 +81,10 @@ class Throttle:
         self._clock = clock
         self._seen: dict[UUID, _Seen] = {}
 
-    def observe(self, endpoint: UUID, result: AttemptResult) -> Signal | None:
-        """Count one attempt; the signal to send if it was a throttling answer."""
+    def observe(self, endpoint: UUID, result: AttemptResult,
+                sent_at: float = 0.0) -> Signal | None:
+        """Count one attempt (sent at ``sent_at``, ``time.time()``); the signal to send if
+        it was a throttling answer."""
         now = self._clock()
         seen = self._seen.get(endpoint)
         if seen is None:
@@ -108,4 +112,4 @@ class Throttle:
         seen.signalled_at = now
         if pause:
             seen.paused_until = max(seen.paused_until, now + pause)
-        return Signal(endpoint, float(max(seen.last_count, seen.count, 1)), pause)
+        return Signal(endpoint, float(max(seen.last_count, seen.count, 1)), pause, sent_at)

@@ -254,12 +254,13 @@ class Worker:
         of an open breaker's cooldown (the claims would not take it before anyway)."""
         failed, done = True, None
         try:
+            sent_at = time.time()
             result = await send_job(self.transport, job, self.settings,
-                                    timestamp=int(time.time()))
+                                    timestamp=int(sent_at))
             done = self._decided(job, result)
             # a 429 is an answer, not a failure: throttling handles it, not the breaker
             failed = result.verdict is Verdict.RETRY and result.status_code != 429
-            signal = self.throttle.observe(job.endpoint_id, result)
+            signal = self.throttle.observe(job.endpoint_id, result, sent_at)
             if signal is not None:
                 self._on_throttle(signal)
         finally:
@@ -281,7 +282,8 @@ class Worker:
             return
         log.info("endpoint throttled%s", f": paused {signal.pause:.1f}s" if signal.pause else "",
                  extra={"endpoint_id": str(signal.endpoint_id)})
-        self._side(self.store.throttle(signal.endpoint_id, signal.observed, signal.pause))
+        self._side(self.store.throttle(signal.endpoint_id, signal.observed, signal.pause,
+                                       signal.sent_at))
         if signal.pause >= PUSH_PAUSE_SECONDS:  # idle workers then sleep through it
             self._side(self.store.push_endpoint(signal.endpoint_id, signal.pause))
 

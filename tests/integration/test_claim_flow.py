@@ -80,3 +80,39 @@ def test_a_paused_endpoint_is_not_claimed(db_url: str) -> None:
         assert _claim(c, 10) == {}
         c.execute("UPDATE outbox.endpoint_flow SET paused_until = now()")
         assert _claim(c, 10) == {paused: 10}
+
+
+def test_throttle_cuts_once_per_congestion_event(db_url: str) -> None:
+    """A 429 cuts the rate to 0.7x; another 429 answering a request sent before that cut
+    (already under way) does not cut again; one sent after it does. A Retry-After pause
+    empties the bucket until the pause's end."""
+    import time
+
+    from outbox.delivery.throttle import DECREASE, INCREASE
+
+    endpoint = add_endpoint(db_url, "http://127.0.0.1:9/gw", rate_limit=100)
+    sql = render(queries.THROTTLE, SCHEMA).encode()
+
+    def throttle(c: psycopg.Connection[Any], sent_at: float, pause: float = 0.0) -> int:
+        return c.execute(sql, {"endpoint": endpoint, "observed": 500.0, "pause": pause,
+                               "sent_at": sent_at, "decrease": DECREASE,
+                               "increase": INCREASE}).rowcount
+
+    def state(c: psycopg.Connection[Any]) -> tuple[Any, ...]:
+        row = c.execute("SELECT adaptive_rate, throttled_total, paused_until > now(), tokens"
+                        " FROM outbox.endpoint_flow WHERE endpoint_id = %s",
+                        (endpoint,)).fetchone()
+        assert row is not None
+        return tuple(row)
+
+    with psycopg.connect(db_url, autocommit=True) as c:
+        before = time.time() - 5
+        assert throttle(c, before) == 1
+        assert state(c)[:2] == (70.0, 1)  # 0.7 x the fixed limit in force
+        c.execute("UPDATE outbox.endpoint_flow SET decreased_at = now() - interval '1 s'")
+        assert throttle(c, before) == 0  # sent before the cut: same congestion event
+        assert state(c)[:2] == (70.0, 1)
+        assert throttle(c, time.time() + 1, pause=2.0) == 1
+        rate, total, paused, tokens = state(c)
+        assert rate < 70.0  # cut again: 0.7 x (70 grown for about a second)
+        assert total == 2 and paused and tokens == 0

@@ -30,6 +30,7 @@ def test_a_429_signals_once_per_interval_with_the_rate_seen() -> None:
         assert throttle.observe(e, answer()) is None
     signal = throttle.observe(e, answer(429))
     assert signal is not None and signal.observed == 31 and signal.pause == 0
+    assert throttle.observe(e, answer(429), 5.0) is None  # debounced
     assert throttle.observe(e, answer(429)) is None  # debounced
     clock.now += SIGNAL_SECONDS + 0.01
     assert throttle.observe(e, answer(429)) is not None
