@@ -35,3 +35,24 @@ def test_api_and_portal(db_url: str, app: FastAPI, api: TestClient,
         assert lowered.status_code == 200, lowered.text
         assert lowered.json()["endpoint"]["tenant_rate_limit"] == 5
     assert api.get(f"/api/endpoints/{endpoint_id}").json()["flow"]["allowed_rate"] == 5
+
+
+def test_console_endpoints_page_shows_allowed_rate_and_throttling(
+        db_url: str, operator: tuple[TestClient, str]) -> None:
+    import psycopg
+
+    from outbox import endpoints as ep
+    from tests.support.pg import SCHEMA
+
+    client, _ = operator
+    with psycopg.connect(db_url, autocommit=True) as c:
+        limited = ep.add(c, URL + "/limited", schema=SCHEMA, rate_limit=50).endpoint
+        ep.add(c, URL + "/free", schema=SCHEMA)
+    page = client.get("/endpoints").text
+    assert "Allowed rate" in page and "50/s" in page and "unlimited" in page
+    assert "throttled" not in page.split("<tbody>", 1)[1]
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("UPDATE outbox.endpoint_flow SET adaptive_rate = 12, decreased_at = now()"
+                  " WHERE endpoint_id = %s", (limited.id,))
+    page = client.get("/endpoints").text
+    assert "12/s" in page and "throttled" in page.split("<tbody>", 1)[1]
