@@ -406,7 +406,8 @@ UPDATE {schema}.endpoint_flow f
 
 # The outbox_endpoint_allowed_rate gauge (every backlog_interval_seconds): the allowed rate
 # of each flow-controlled endpoint (a fixed limit, or throttled lately), as BUDGET computes
-# it; -1 while paused. At most 200 (the metric's label cap), lowest rate first.
+# it; -1 while paused. At most 200 (the metric's label cap), lowest rate first. Reads
+# only flow-controlled endpoints (partial indexes of migrations/0008_flow_control.sql).
 FLOW_GAUGES = """
 SELECT endpoint_id, rate FROM (
     SELECT e.id AS endpoint_id,
@@ -416,7 +417,15 @@ SELECT endpoint_id, rate FROM (
                                 THEN f.adaptive_rate + COALESCE(f.increase_per_second, 0)
                                      * EXTRACT(EPOCH FROM now() - f.decreased_at)::float8
                            END) END AS rate
-      FROM {schema}.endpoints e
+      FROM (SELECT id FROM {schema}.endpoints
+             WHERE rate_limit IS NOT NULL OR tenant_rate_limit IS NOT NULL
+            UNION
+            SELECT endpoint_id FROM {schema}.endpoint_flow
+             WHERE decreased_at > now() - interval '60 seconds'
+            UNION
+            SELECT endpoint_id FROM {schema}.endpoint_flow
+             WHERE paused_until > now()) c
+      JOIN {schema}.endpoints e ON e.id = c.id
       JOIN {schema}.endpoint_flow f ON f.endpoint_id = e.id) r
  WHERE rate IS NOT NULL
  ORDER BY rate

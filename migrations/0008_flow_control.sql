@@ -46,6 +46,17 @@ ALTER TABLE endpoint_flow SET (fillfactor = 50);
 
 INSERT INTO endpoint_flow (endpoint_id) SELECT id FROM endpoints ON CONFLICT DO NOTHING;
 
+-- The worker's allowed-rate gauge (delivery/queries.py FLOW_GAUGES) reads only the
+-- flow-controlled endpoints, through these: its cost follows them, not every endpoint.
+-- (decreased_at and paused_until change only when an endpoint is throttled; the claim's
+-- token updates touch no indexed column and stay HOT.)
+CREATE INDEX IF NOT EXISTS endpoints_rate_limited ON endpoints (id)
+    WHERE rate_limit IS NOT NULL OR tenant_rate_limit IS NOT NULL;
+CREATE INDEX IF NOT EXISTS endpoint_flow_decreased ON endpoint_flow (decreased_at)
+    WHERE decreased_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS endpoint_flow_paused ON endpoint_flow (paused_until)
+    WHERE paused_until IS NOT NULL;
+
 -- Every endpoint has its row from its creation on, whoever inserts it.
 CREATE OR REPLACE FUNCTION endpoint_flow_row() RETURNS trigger
 LANGUAGE plpgsql AS $$

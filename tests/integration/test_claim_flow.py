@@ -116,3 +116,19 @@ def test_throttle_cuts_once_per_congestion_event(db_url: str) -> None:
         rate, total, paused, tokens = state(c)
         assert rate < 70.0  # cut again: 0.7 x (70 grown for about a second)
         assert total == 2 and paused and tokens == 0
+
+
+def test_flow_gauges_list_only_flow_controlled_endpoints(db_url: str) -> None:
+    """The allowed-rate gauge's query: a fixed limit, a throttled endpoint (its adaptive
+    rate), a paused one (-1); an unlimited, unthrottled endpoint is not listed."""
+    limited = add_endpoint(db_url, "http://127.0.0.1:9/limited", rate_limit=30)
+    throttled = add_endpoint(db_url, "http://127.0.0.1:9/throttled")
+    paused = add_endpoint(db_url, "http://127.0.0.1:9/paused")
+    add_endpoint(db_url, "http://127.0.0.1:9/free")
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("UPDATE outbox.endpoint_flow SET adaptive_rate = 12, decreased_at = now()"
+                  " WHERE endpoint_id = %s", (throttled,))
+        c.execute("UPDATE outbox.endpoint_flow SET paused_until = now() + interval '1 min'"
+                  " WHERE endpoint_id = %s", (paused,))
+        got = dict(c.execute(render(queries.FLOW_GAUGES, SCHEMA).encode()).fetchall())
+    assert got == {limited: 30.0, throttled: 12.0, paused: -1}
