@@ -130,5 +130,6 @@ def test_flow_gauges_list_only_flow_controlled_endpoints(db_url: str) -> None:
                   " WHERE endpoint_id = %s", (throttled,))
         c.execute("UPDATE outbox.endpoint_flow SET paused_until = now() + interval '1 min'"
                   " WHERE endpoint_id = %s", (paused,))
-        got = dict(c.execute(render(queries.FLOW_GAUGES, SCHEMA).encode()).fetchall())
+        got: dict[Any, Any] = dict(
+            c.execute(render(queries.FLOW_GAUGES, SCHEMA).encode()).fetchall())
     assert got == {limited: 30.0, throttled: 12.0, paused: -1}
