@@ -16,7 +16,8 @@ from outbox.migrate import available, migrate, script
 from tests.support.cli import execute, invoke
 from tests.support.pg import SCHEMA
 
-SENDER = {"endpoints", "events", "deliveries", "delivery_attempts", "schema_migrations"}
+SENDER = {"endpoints", "events", "deliveries", "delivery_attempts", "schema_migrations",
+          "endpoint_flow"}
 INBOX = {"inbox", "inbox_migrations"}
 
 

@@ -201,6 +201,7 @@ EXEMPT = {
     "demo": "its own throwaway endpoint and events",
     "secrets generate-key": "no database",
     "secrets reencrypt": "re-seals every endpoint's secret under the current key: all or none",
+    "endpoints show": "takes one endpoint id: the id is the scope",
     "endpoints update": "takes one endpoint id: the id is the scope",
     "endpoints disable": "takes one endpoint id",
     "endpoints enable": "takes one endpoint id",
