@@ -72,6 +72,8 @@ class _Recorder:
             await asyncio.sleep(60)
         if request.path.startswith("/fail"):  # one that answers 500 to everything
             return web.Response(status=500)
+        if request.path.startswith("/slow"):  # a real-world receiver: 250 ms (bench.flow)
+            await asyncio.sleep(0.25)
         return web.Response(status=200)
 
 

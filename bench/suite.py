@@ -29,6 +29,10 @@ own scratch database on the local PostgreSQL, as ``python -m bench.<module>`` wo
   ordered endpoint vs the same unordered, and one hot key's rate.
 - ``cpu``: ``bench.cpu.measure`` -- 2 workers' CPU per delivery (their rusage) vs 2 bare
   loops' (``bench.bareloop``) on the same backlog, and the ratio.
+- ``flow``: ``bench.flow.run`` -- one hot endpoint, 2 workers, default settings vs the
+  per-endpoint cap lifted (claims per delivery, hand-backs); pgqueuer whose handler signs
+  and POSTs; a 50/s limit under 4 workers beside an unlimited endpoint; a receiver that
+  answers 429 above 100/s; 1,000 endpoints answering after 250 ms.
 
 A section that raises is recorded as an error (its rows say so) and the next one runs.
 Then one table (target | ours | reference | ratio | target value | met?) is printed, and
@@ -198,6 +202,16 @@ def run_ordering(s: Sizes) -> Results:
                         repeat=2 if full else 1, out=sys.stderr)
 
 
+def run_flow(s: Sizes) -> Results:
+    """bench.flow: hot endpoint, pgqueuer signing+POST peer, 50/s limit, 429 receiver,
+    slow endpoints."""
+    from bench import flow
+    full = s.events >= FULL.events
+    only = tuple(n for n in flow.SECTIONS if n != "peer_noop")  # the pgqueuer section's
+    return flow.run(events=10_000 if full else 3_000, rounds=2 if full else 1,
+                    seconds=20.0 if full else 8.0, only=only, out=sys.stderr)
+
+
 def run_memory(s: Sizes) -> Results:
     """bench.memory: worker RSS, idle and with ``in_flight`` requests held open."""
     from bench import memory
@@ -214,7 +228,7 @@ SECTIONS: dict[str, Callable[[Sizes], Results]] = {
     "history": run_history,
     "fairness": run_fairness, "neighbour": run_neighbour, "memory": run_memory,
     "wakeup": run_wakeup, "cpu": run_cpu, "processes": run_processes, "web": run_web,
-    "ordering": run_ordering,
+    "ordering": run_ordering, "flow": run_flow,
 }
 GROUPS = {"peer": ("pgqueuer", "procrastinate"), "deliver": ("throughput", "latency")}
 
@@ -306,6 +320,32 @@ TARGETS = (
            "<", 200, "ms", requires=("web", "all_answered")),
     Target("worker RSS, 1,000 requests in flight", ("memory", "peak_rss_mb"), "<", 200, "MB",
            requires=("memory", "all_in_flight")),
+    Target("hot endpoint, 2 workers, default settings vs cap lifted",
+           ("flow", "hot", "default", "deliveries_per_s"), ">=", 0.9, "/s",
+           reference=("flow", "hot", "cap_lifted", "deliveries_per_s")),
+    Target("hot endpoint, claims per delivery (default settings)",
+           ("flow", "hot", "default", "claims_per_delivery"), "<=", 1.02, "", 3),
+    Target("hot endpoint, 2 workers vs pgqueuer signing + POST handler",
+           ("flow", "hot", "default", "deliveries_per_s"), ">=", 1.5, "/s",
+           reference=("flow", "peer_post", "median_rate")),
+    Target("hot endpoint, 2 workers vs pgqueuer no-op drain",
+           ("flow", "hot", "default", "deliveries_per_s"), ">=", 1.0, "/s",
+           reference=("pgqueuer", "median_rate_by_batch", "10")),
+    Target("50/s limit, 4 workers: rate at the receiver", ("flow", "limit50",
+           "limited_per_s"), ">=", 45, "/s", 1),
+    Target("50/s limit, 4 workers: most requests in one second",
+           ("flow", "limit50", "limited_max_in_one_second"), "<=", 100, ""),
+    Target("50/s limit beside: unlimited endpoint vs alone",
+           ("flow", "limit50", "unlimited_per_s"), ">=", 0.9, "/s",
+           reference=("flow", "limit50", "unlimited_alone_per_s")),
+    Target("429 above 100/s: 429 share after 10 s", ("flow", "gateway",
+           "after_10s_429_share"), "<", 0.1, "", 3),
+    Target("429 above 100/s: delivered/s after 10 s", ("flow", "gateway",
+           "after_10s_delivered_per_s"), ">=", 70, "/s", 1),
+    Target("1,000 endpoints at 250 ms, per process, concurrency 1000",
+           ("flow", "slow", "1000", "deliveries_per_s_per_process"), ">=", 1500, "/s"),
+    Target("(info) 1,000 endpoints at 250 ms, per process, concurrency 100",
+           ("flow", "slow", "100", "deliveries_per_s_per_process"), "", 0, "/s"),
 )
 
 

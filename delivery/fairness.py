@@ -3,36 +3,30 @@
 Process-local, pure bookkeeping (no I/O); the worker acts on its answers:
 
 - **In-flight cap.** At most ``cap`` requests to one endpoint are in flight in this process
-  (endpoint's ``max_in_flight``, else ``OUTBOX_ENDPOINT_MAX_IN_FLIGHT``). Up to ``cap`` more
-  claimed deliveries wait in the process for that endpoint's next free slot
-  (:class:`HeldJobs`, counted against the worker's capacity, never held past the point
-  where their lease could run out mid-request); beyond that they are handed back untouched
-  (attempt refunded) to be claimed again after a short jittered delay. So a hanging
-  endpoint holds at most ``2 * cap`` of the worker's slots, and a single busy endpoint is
-  not re-claimed over and over.
+  (endpoint's ``max_in_flight``, else ``OUTBOX_ENDPOINT_MAX_IN_FLIGHT``). The claim is told
+  what is in flight here per endpoint (:meth:`EndpointGate.claim_budgets`) and takes no more
+  rows of an endpoint than its free slots, so a hanging endpoint holds at most ``cap`` of
+  the worker's slots, and a busy endpoint's rows wait in the database, not in the process
+  nor in hand-back writes. A claimed row that still cannot start (a breaker that opened
+  between claim and start) is handed back untouched (attempt refunded) after a short
+  jittered delay, and counted (``outbox_handbacks_total``).
 - **Circuit breaker.** ``threshold`` consecutive failures (timeouts, connection errors,
   5xx...) open the endpoint's breaker for ``cooldown`` seconds: the worker pushes the
-  endpoint's pending rows past the cooldown (other processes then skip them too) and hands
-  back any it still claims. After the cooldown one probe request is let through (half-open):
-  success closes the breaker, failure re-opens it.
+  endpoint's pending rows past the cooldown (other processes then skip them too) and its
+  claims take none of them meanwhile. After the cooldown one probe request is let through
+  (half-open): success closes the breaker, failure re-opens it.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 from uuid import UUID
 
-from outbox.delivery.jobs import Job
-
-if TYPE_CHECKING:
-    from outbox.delivery.settings import WorkerSettings
-
 DEFER_SECONDS = 0.5
+BLOCKED = 1 << 30  # in-flight count that leaves no slot whatever the cap
 
 
 @dataclass(slots=True)
@@ -94,40 +88,26 @@ class EndpointGate:
     def is_open(self, endpoint: UUID) -> bool:
         return self._state(endpoint).open_until > self._clock()
 
+    def open_for(self, endpoint: UUID) -> float:
+        """Seconds until the endpoint's open breaker half-opens (0: not open)."""
+        state = self._states.get(endpoint)
+        return max(state.open_until - self._clock(), 0.0) if state else 0.0
 
-class HeldJobs:
-    """Claimed jobs waiting in this process for their endpoint's in-flight slot."""
-
-    def __init__(self, settings: WorkerSettings, clock: Callable[[], float] = time.monotonic):
-        self._settings = settings
-        self._clock = clock
-        self._queues: dict[UUID, deque[tuple[float, Job]]] = {}
-        self._count = 0
-
-    def __len__(self) -> int:
-        return self._count
-
-    def hold(self, job: Job) -> bool:
-        """Keep ``job`` (True) unless its endpoint already has ``cap`` waiting."""
-        queue = self._queues.setdefault(job.endpoint_id, deque())
-        if len(queue) >= (job.max_in_flight or self._settings.default_endpoint_cap):
-            return False
-        queue.append((self._clock(), job))
-        self._count += 1
-        return True
-
-    def take(self, endpoint: UUID, *, everything: bool) -> Iterator[tuple[Job, bool]]:
-        """The next held job (or all), each with whether it can still safely be sent:
-        held no longer than its lease minus its request timeout (and a second)."""
-        queue = self._queues.get(endpoint)
-        while queue:
-            held_since, job = queue.popleft()
-            self._count -= 1
-            timeout = self._settings.endpoint_timeout(job.timeout_seconds)
-            fresh = self._clock() - held_since < self._settings.lease_seconds - timeout - 1.0
-            yield job, fresh
-            if not everything and fresh:
-                return
-
-    def endpoints(self) -> list[UUID]:
-        return [e for e, q in self._queues.items() if q]
+    def claim_budgets(self) -> tuple[list[UUID], list[int]]:
+        """The claim's ``used_ids`` / ``used_counts``: requests in flight here per endpoint;
+        an endpoint that may take nothing now (breaker open, or half-open with its probe
+        out) is given BLOCKED, so the claim's budget for it is 0. A half-open endpoint
+        with no probe out is not listed: the first of its rows becomes the probe, the
+        rest are handed back."""
+        ids: list[UUID] = []
+        counts: list[int] = []
+        now = self._clock()
+        for endpoint, state in self._states.items():
+            if state.open_until and (state.open_until > now or state.probing
+                                     or state.in_flight):
+                ids.append(endpoint)
+                counts.append(BLOCKED)
+            elif state.in_flight:
+                ids.append(endpoint)
+                counts.append(state.in_flight)
+        return ids, counts

@@ -23,12 +23,22 @@ Label cardinality is bounded: ``endpoint`` is the endpoint id (never the URL), a
     outbox_in_flight                             gauge: requests in flight here
     outbox_claimed_per_poll                      histogram of rows per claim
     outbox_database_errors_total                 counter of failed database calls
+    outbox_endpoint_throttled_total{endpoint}    counter: throttling answers acted on (429,
+                                                 503, timeouts: a rate cut or a pause)
+    outbox_endpoint_allowed_rate{endpoint}       gauge: the endpoint's allowed requests per
+                                                 second across all workers (flow-controlled
+                                                 endpoints only; from the database)
+    outbox_handbacks_total                       counter of claimed deliveries handed back
+                                                 unsent (a breaker that opened between
+                                                 claim and start; 0 in steady state)
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import threading
+from collections.abc import Sequence
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -50,6 +60,7 @@ class Metrics:
         # and a few dict lookups; endpoints past the cap ("other") are not cached
         self._children: dict[tuple[str, object], tuple[Counter, Histogram]] = {}
         self._lock = threading.Lock()
+        self._rate_labels: set[str] = set()
         r = self.registry
         self.deliveries = Counter("outbox_deliveries", "Delivery attempts by outcome",
                                   ["outcome", "endpoint"], registry=r)
@@ -81,6 +92,15 @@ class Metrics:
                                           registry=r)
         self.database_errors = Counter("outbox_database_errors", "Failed database calls",
                                        registry=r)
+        self.endpoint_throttled = Counter(
+            "outbox_endpoint_throttled", "Throttling answers acted on (429, 503, timeout)",
+            ["endpoint"], registry=r)
+        self.endpoint_allowed_rate = Gauge(
+            "outbox_endpoint_allowed_rate",
+            "Allowed requests per second to a flow-controlled endpoint, across all workers",
+            ["endpoint"], registry=r, multiprocess_mode=shared)
+        self.handbacks = Counter("outbox_handbacks", "Claimed deliveries handed back unsent",
+                                 registry=r)
 
     def endpoint(self, endpoint_id: object) -> str:
         """The label for an endpoint id, or ``other`` past the cardinality cap."""
@@ -110,6 +130,20 @@ class Metrics:
         if done.state == "delivered":
             lag = dt.datetime.now(dt.UTC) - job.emitted_at
             self.lag.observe(max(lag.total_seconds(), 0.0))
+
+    def allowed_rates(self, rates: Sequence[tuple[object, float]]) -> None:
+        """The flow-controlled endpoints' allowed rates now (-1: paused); the gauges of
+        endpoints no longer listed are removed (unlimited again)."""
+        now = {self.endpoint(e): rate for e, rate in rates}
+        for labels in list(self._rate_labels - now.keys()):
+            with contextlib.suppress(KeyError):
+                self.endpoint_allowed_rate.remove(labels)
+        for label, rate in now.items():
+            self.endpoint_allowed_rate.labels(label).set(rate)
+        self._rate_labels = set(now)
+
+    def throttled(self, endpoint_id: object) -> None:
+        self.endpoint_throttled.labels(self.endpoint(endpoint_id)).inc()
 
     def fenced(self, count: int) -> None:
         if count:

@@ -24,10 +24,13 @@ from outbox._db import queries as core
 #    one descent each, and a busy worker's small claims still look past a crowd of them).
 #    picked: from each visited endpoint whose oldest row is due,
 #    its k oldest due rows (one descent each), k = limit / (due endpoints visited), so
-#    the ring never takes more than limit rows.
+#    the ring never takes more than limit rows; never more than the endpoint's budget
+#    (BUDGET, below: this process's free slots there and the endpoint's send tokens).
 # 2. fill: the rest of the capacity from the global oldest-due FIFO (the partial index
-#    deliveries_due), skipping the rows the ring took (SKIP LOCKED does not skip this
-#    transaction's own locks). A lone burst still drains at full claim size.
+#    deliveries_due: its oldest 2 * limit due rows, read unlocked, then locked by primary
+#    key with SKIP LOCKED and re-checked), skipping the rows the ring took (SKIP LOCKED
+#    does not skip this transaction's own locks) and each endpoint's rows beyond what is
+#    left of its budget. A lone burst still drains at full claim size, up to its budget.
 #
 # Fairness unit: the endpoint (so the tenant, as far as tenants have their own
 # endpoints). While at most `limit` endpoints have due rows and at most
@@ -89,9 +92,71 @@ from outbox._db import queries as core
 # the ring and the fill nothing.
 # Its columns are named after Job's fields (outbox.delivery.store.job_row matches them by
 # name and refuses a result that is not a Job); the secrets are opened in Python.
+
+# The claim's per-endpoint budgets (its `budget` CTE): for each endpoint the claim may take
+# rows of (the ring's due endpoints and the fill's candidates), how many it may take:
+#   slots:  this process's free in-flight slots there, its cap (max_in_flight, else
+#           %(default_cap)s) minus what it has in flight (%(used_ids)s / %(used_counts)s;
+#           an endpoint whose breaker is open here is passed with a huge count: 0 slots);
+#   tokens: when the endpoint is flow-controlled (a fixed rate limit, an adaptive rate in
+#           force, a Retry-After pause: migrations/0008_flow_control.sql), the whole
+#           endpoint's send budget across every process: its endpoint_flow row, locked
+#           FOR UPDATE SKIP LOCKED (a row another claim holds gives 0 this time), refilled
+#           at the rate since refilled_at up to the burst; `took` writes back what is left.
+# So a process never claims rows it cannot start at once, and rows beyond the budget stay
+# in the database (no claim, no hand-back write). Each endpoint costs two primary-key
+# probes of endpoints and endpoint_flow (a third, the lock, when controlled).
+# The adaptive rate (AIMD) grows linearly from the last decrease and stops applying 60 s
+# after it; a fixed limit is its ceiling. While it applies the burst is 0.1 s of it (at
+# least 1): a throttled endpoint gets an even flow, not a second's worth at once (a
+# receiver counting a sliding second would see rate + burst and answer 429 again).
+BUDGET = """
+    SELECT e.endpoint_id, s.metered,
+           greatest(0, least(COALESCE(ep.max_in_flight, %(default_cap)s) - COALESCE(u.n, 0),
+                             CASE WHEN NOT s.controlled THEN 2147483647
+                                  WHEN fl.endpoint_id IS NULL
+                                       OR fl.paused_until > now() THEN 0
+                                  WHEN r.rate IS NULL THEN 2147483647
+                                  ELSE floor(r.tokens) END))::int AS n,
+           r.tokens
+      FROM (SELECT endpoint_id FROM ring WHERE oldest <= now()
+            UNION SELECT endpoint_id FROM cand) e
+     CROSS JOIN LATERAL (
+          SELECT max_in_flight, rate_burst, least(rate_limit, tenant_rate_limit) AS fixed
+            FROM {schema}.endpoints p WHERE p.id = e.endpoint_id LIMIT 1) ep
+      LEFT JOIN LATERAL (
+          SELECT f.paused_until, f.decreased_at FROM {schema}.endpoint_flow f
+           WHERE f.endpoint_id = e.endpoint_id LIMIT 1) seen ON true
+     CROSS JOIN LATERAL (
+          SELECT COALESCE(ep.fixed IS NOT NULL OR seen.paused_until > now()
+                          OR seen.decreased_at > now() - interval '60 seconds', false)
+                     AS controlled) c0
+      LEFT JOIN LATERAL (
+          SELECT * FROM {schema}.endpoint_flow f
+           WHERE f.endpoint_id = e.endpoint_id AND c0.controlled
+             FOR UPDATE SKIP LOCKED) fl ON true
+     CROSS JOIN LATERAL (
+          SELECT c0.controlled, fl.endpoint_id IS NOT NULL AS metered) s
+     CROSS JOIN LATERAL (
+          SELECT CASE WHEN fl.decreased_at > now() - interval '60 seconds'
+                      THEN fl.adaptive_rate + COALESCE(fl.increase_per_second, 0)
+                           * EXTRACT(EPOCH FROM now() - fl.decreased_at)::float8
+                 END AS adaptive) a
+     CROSS JOIN LATERAL (
+          SELECT least(ep.fixed, a.adaptive) AS rate,
+                 greatest(1, CASE WHEN a.adaptive IS NULL THEN COALESCE(ep.rate_burst, ep.fixed)
+                                  ELSE 0.1 * least(ep.fixed, a.adaptive) END) AS burst) rb
+     CROSS JOIN LATERAL (
+          SELECT rb.rate,
+                 least(rb.burst, fl.tokens + rb.rate * greatest(0, EXTRACT(
+                     EPOCH FROM now() - fl.refilled_at)::float8)) AS tokens) r
+      LEFT JOIN (SELECT * FROM unnest(%(used_ids)s::uuid[], %(used_counts)s::int[])
+                   AS u(endpoint_id, n)) u ON u.endpoint_id = e.endpoint_id
+"""
+
 _PENDING = "state = 'pending' AND visible_at < 'infinity'"  # deliveries_pending_by_endpoint
 _LAST_UUID = "'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid"
-CLAIM = """
+CLAIM = ("""
 WITH RECURSIVE ring (endpoint_id, oldest, n, due, wrapped, after) AS (
     (SELECT head.endpoint_id, head.visible_at, 1, (head.visible_at <= now())::int,
             head.wrapped, cur.after
@@ -129,16 +194,23 @@ share AS MATERIALIZED (
                                current_setting('outbox.claim_after', true), ''),
                       true) AS after
       FROM ring),
+cand AS MATERIALIZED (
+    SELECT id, endpoint_id, visible_at FROM {schema}.deliveries
+     WHERE state = 'pending' AND visible_at <= now()
+     ORDER BY visible_at
+     LIMIT 2 * %(limit)s),
+budget AS MATERIALIZED (""" + BUDGET + """),
 picked AS MATERIALIZED (
-    SELECT p.id
+    SELECT p.id, r.endpoint_id
       FROM ring r
+      JOIN budget b ON b.endpoint_id = r.endpoint_id
      CROSS JOIN LATERAL (
           SELECT id FROM {schema}.deliveries
            WHERE PENDING AND endpoint_id = r.endpoint_id AND visible_at <= now()
            ORDER BY visible_at
-           LIMIT (SELECT k FROM share)
+           LIMIT least((SELECT k FROM share), b.n)
              FOR UPDATE SKIP LOCKED) p
-     WHERE r.oldest <= now()),
+     WHERE r.oldest <= now() AND b.n > 0),
 fresh (id, endpoint_id, key, n) AS (
     (SELECT id, endpoint_id, key, 1 FROM {schema}.deliveries
       WHERE state = 'fresh' ORDER BY id LIMIT 1)
@@ -155,12 +227,31 @@ placed AS MATERIALIZED (
              GROUP BY endpoint_id, key) f
      ORDER BY LOCK_ORDER_F),
 fill AS MATERIALIZED (
-    SELECT id FROM {schema}.deliveries
-     WHERE state = 'pending' AND visible_at <= now()
-       AND id <> ALL (ARRAY(SELECT id FROM picked))
-     ORDER BY visible_at
-     LIMIT greatest(%(limit)s - (SELECT count(*) FROM picked), 0)
+    SELECT d.id, d.endpoint_id FROM {schema}.deliveries d
+     WHERE d.id = ANY (ARRAY(
+          SELECT c.id
+            FROM (SELECT c.id, c.visible_at, b.n - COALESCE(t.n, 0) AS room,
+                         row_number() OVER (PARTITION BY c.endpoint_id
+                                            ORDER BY c.visible_at) AS rn
+                    FROM cand c
+                    JOIN budget b ON b.endpoint_id = c.endpoint_id
+                    LEFT JOIN (SELECT endpoint_id, count(*) AS n FROM picked
+                                GROUP BY endpoint_id) t ON t.endpoint_id = c.endpoint_id
+                   WHERE c.id <> ALL (ARRAY(SELECT id FROM picked))) c
+           WHERE c.rn <= c.room
+           ORDER BY c.visible_at
+           LIMIT greatest(%(limit)s - (SELECT count(*) FROM picked), 0)))
+       AND d.state = 'pending' AND d.visible_at <= now()
        FOR UPDATE SKIP LOCKED),
+took AS (
+    UPDATE {schema}.endpoint_flow f
+       SET tokens = b.tokens - COALESCE(t.n, 0), refilled_at = greatest(now(), f.refilled_at)
+      FROM budget b
+      LEFT JOIN (SELECT endpoint_id, count(*) AS n
+                   FROM (SELECT endpoint_id FROM picked UNION ALL
+                         SELECT endpoint_id FROM fill) x
+                  GROUP BY endpoint_id) t ON t.endpoint_id = b.endpoint_id
+     WHERE f.endpoint_id = b.endpoint_id AND b.metered AND b.tokens IS NOT NULL),
 claimed AS (
     UPDATE {schema}.deliveries d
        SET visible_at = now() + make_interval(secs => %(lease)s),
@@ -181,7 +272,7 @@ SELECT c.id AS delivery_id, c.attempts AS attempt, c.lease_token AS token, c.eve
                        WHERE e.id = c.event_id LIMIT 1) ev
   CROSS JOIN LATERAL (SELECT * FROM {schema}.endpoints p
                        WHERE p.id = c.endpoint_id LIMIT 1) ep
-""".replace("PENDING", _PENDING).replace("LAST_UUID", _LAST_UUID).replace(
+""").replace("PENDING", _PENDING).replace("LAST_UUID", _LAST_UUID).replace(
     "LOCK_ORDER_F", core.ORDERED_LOCK_ORDER.format(ep="f.endpoint_id", key="f.key"))
 
 # Every batch of the worker's statements runs in a transaction of its own at READ
@@ -402,6 +493,72 @@ UPDATE {schema}.deliveries
    SET visible_at = now() + make_interval(secs => %(seconds)s)
  WHERE endpoint_id = %(endpoint)s AND state = 'pending'
    AND visible_at < now() + make_interval(secs => %(seconds)s)
+"""
+
+# Adaptive throttling (outbox.delivery.throttle): the endpoint answered 429 or 503, or
+# timed out. Cuts its allowed rate to DECREASE x the rate in force (the adaptive one while
+# it applies, else the fixed limit, else %(observed)s, what this process sent in its last
+# second), and restarts the linear growth -- once per congestion event, whoever reports
+# it: only for an answer to a request sent (%(sent_at)s, epoch seconds) after the last
+# cut, as TCP cuts once per window (the answers to requests already under way when the
+# rate was cut say nothing about the new rate), and at most every 0.25 s; with
+# %(pause)s > 0 (Retry-After, clamped) no claim takes its rows until then, and the bucket
+# starts empty at the pause's end (no burst the moment it lifts). One row, by primary key.
+THROTTLE = """
+UPDATE {schema}.endpoint_flow f
+   SET adaptive_rate = CASE WHEN c.cut THEN c.rate ELSE f.adaptive_rate END,
+       increase_per_second = CASE WHEN c.cut THEN greatest(%(increase)s * c.rate, 0.1)
+                                  ELSE f.increase_per_second END,
+       decreased_at = CASE WHEN c.cut THEN now() ELSE f.decreased_at END,
+       tokens = CASE WHEN %(pause)s > 0 THEN 0
+                     ELSE least(f.tokens, greatest(1, 0.1 * c.rate)) END,
+       refilled_at = CASE WHEN %(pause)s > 0
+                          THEN greatest(f.refilled_at, now() + make_interval(secs => %(pause)s))
+                          ELSE f.refilled_at END,
+       paused_until = CASE WHEN %(pause)s > 0
+                           THEN greatest(f.paused_until, now() + make_interval(secs => %(pause)s))
+                           ELSE f.paused_until END,
+       throttled_total = f.throttled_total + 1
+  FROM (SELECT COALESCE(f0.decreased_at <= now() - interval '0.25 seconds'
+                        AND f0.decreased_at < to_timestamp(%(sent_at)s), true) AS cut,
+               greatest(1.0, %(decrease)s * COALESCE(
+                   least(least(e.rate_limit, e.tenant_rate_limit),
+                         CASE WHEN f0.decreased_at > now() - interval '60 seconds'
+                              THEN f0.adaptive_rate + COALESCE(f0.increase_per_second, 0)
+                                   * EXTRACT(EPOCH FROM now() - f0.decreased_at)::float8 END),
+                   %(observed)s::float8)) AS rate
+          FROM {schema}.endpoint_flow f0
+          JOIN {schema}.endpoints e ON e.id = f0.endpoint_id
+         WHERE f0.endpoint_id = %(endpoint)s) c
+ WHERE f.endpoint_id = %(endpoint)s AND (c.cut OR %(pause)s > 0)
+"""
+
+# The outbox_endpoint_allowed_rate gauge (every backlog_interval_seconds): the allowed rate
+# of each flow-controlled endpoint (a fixed limit, or throttled lately), as BUDGET computes
+# it; -1 while paused. At most 200 (the metric's label cap), lowest rate first. Reads
+# only flow-controlled endpoints (partial indexes of migrations/0008_flow_control.sql).
+FLOW_GAUGES = """
+SELECT endpoint_id, rate FROM (
+    SELECT e.id AS endpoint_id,
+           CASE WHEN f.paused_until > now() THEN -1
+                ELSE least(least(e.rate_limit, e.tenant_rate_limit),
+                           CASE WHEN f.decreased_at > now() - interval '60 seconds'
+                                THEN f.adaptive_rate + COALESCE(f.increase_per_second, 0)
+                                     * EXTRACT(EPOCH FROM now() - f.decreased_at)::float8
+                           END) END AS rate
+      FROM (SELECT id FROM {schema}.endpoints
+             WHERE rate_limit IS NOT NULL OR tenant_rate_limit IS NOT NULL
+            UNION
+            SELECT endpoint_id FROM {schema}.endpoint_flow
+             WHERE decreased_at > now() - interval '60 seconds'
+            UNION
+            SELECT endpoint_id FROM {schema}.endpoint_flow
+             WHERE paused_until > now()) c
+      JOIN {schema}.endpoints e ON e.id = c.id
+      JOIN {schema}.endpoint_flow f ON f.endpoint_id = e.id) r
+ WHERE rate IS NOT NULL
+ ORDER BY rate
+ LIMIT 200
 """
 
 # Repair of ordered keys left with queued deliveries and no head (nothing delivers or

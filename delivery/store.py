@@ -130,6 +130,8 @@ class Store:
         self._claim_after = ""  # the claim's rotation position (queries.CLAIM)
         self._backlog_sql = render(queries.BACKLOG, settings.schema_name)
         self._push_sql = render(queries.PUSH_ENDPOINT, settings.schema_name)
+        self._throttle_sql = render(queries.THROTTLE, settings.schema_name)
+        self._flow_gauges_sql = render(queries.FLOW_GAUGES, settings.schema_name)
         self._job_row = job_row(settings.secret_box())
 
     async def open(self) -> None:
@@ -206,10 +208,16 @@ class Store:
         self.healthy = True
         self.down_reason = ""
 
-    async def claim(self, limit: int) -> list[Job]:
-        """Lease up to ``limit`` due deliveries (committed before returning)."""
+    async def claim(self, limit: int, used_ids: Sequence[uuid.UUID] = (),
+                    used_counts: Sequence[int] = ()) -> list[Job]:
+        """Lease up to ``limit`` due deliveries (committed before returning), never more of
+        an endpoint than its budget: its cap minus ``used_counts`` (this process's requests
+        in flight to ``used_ids``) and, when flow-controlled, its send tokens (taken in the
+        same transaction)."""
         token = uuid.uuid4()
-        params = {"limit": limit, "lease": self.settings.lease_seconds, "token": token}
+        params = {"limit": limit, "lease": self.settings.lease_seconds, "token": token,
+                  "used_ids": list(used_ids), "used_counts": list(used_counts),
+                  "default_cap": self.settings.default_endpoint_cap}
 
         async def op(fresh: bool) -> list[Job]:
             async with self.connections.transaction(fresh=fresh) as conn:
@@ -245,6 +253,31 @@ class Store:
             async with self.connections.transaction(fresh=fresh) as conn:
                 cur = await conn.execute(self._push_sql, params)
             return cur.rowcount
+
+        return await self._retrying(op)
+
+    async def throttle(self, endpoint_id: uuid.UUID, observed: float, pause: float,
+                       sent_at: float) -> int:
+        """Cut the endpoint's allowed rate for every worker and pause it ``pause`` seconds
+        (:data:`outbox.delivery.queries.THROTTLE`); 1 if its state changed."""
+        from outbox.delivery.throttle import DECREASE, INCREASE
+
+        params = {"endpoint": endpoint_id, "observed": observed, "pause": pause,
+                  "sent_at": sent_at, "decrease": DECREASE, "increase": INCREASE}
+
+        async def op(fresh: bool) -> int:
+            async with self.connections.transaction(fresh=fresh) as conn:
+                cur = await conn.execute(self._throttle_sql, params)
+            return cur.rowcount
+
+        return await self._retrying(op)
+
+    async def allowed_rates(self) -> list[tuple[uuid.UUID, float]]:
+        """(endpoint, requests per second allowed; -1: paused) of flow-controlled ones."""
+        async def op(fresh: bool) -> list[tuple[uuid.UUID, float]]:
+            async with self.connections.transaction(fresh=fresh) as conn:
+                cur = await conn.execute(self._flow_gauges_sql)
+            return [(r[0], float(r[1])) for r in await cur.fetchall()]
 
         return await self._retrying(op)
 

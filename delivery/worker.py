@@ -28,27 +28,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
-import uuid
+from collections.abc import Coroutine
+from typing import Any
 
 import psycopg
 
-from outbox.delivery.fairness import EndpointGate, HeldJobs
+from outbox.delivery.fairness import EndpointGate
 from outbox.delivery.jobs import Completion, Job
 from outbox.delivery.metrics import Metrics
-from outbox.delivery.outcome import Verdict
+from outbox.delivery.outcome import AttemptResult, Verdict
 from outbox.delivery.policy import decide, defer, park
 from outbox.delivery.request import send_job
 from outbox.delivery.retention_task import prune_loop
 from outbox.delivery.sender import Transport
 from outbox.delivery.settings import WorkerSettings
 from outbox.delivery.store import Store
+from outbox.delivery.throttle import PUSH_PAUSE_SECONDS, Signal, Throttle
 from outbox.delivery.wakeup import BUSY_POLL_SECONDS, Waker
 from outbox.errors import OutboxError
 
 log = logging.getLogger("outbox.worker")
 FLUSH_MAX = 500
+COALESCE_SECONDS = 0.002
 
 
 class Worker:
@@ -63,20 +67,22 @@ class Worker:
         self.gate = EndpointGate(default_cap=settings.default_endpoint_cap,
                                  threshold=settings.breaker_threshold,
                                  cooldown=settings.breaker_cooldown_seconds)
+        self.throttle = Throttle(pause_max=settings.retry_after_max_seconds)
         self._stopped = asyncio.Event()
         self.store.stopping = self._stopped.is_set
         self.store.on_error = self.metrics.database_errors.inc
         self._inflight: set[asyncio.Task[None]] = set()
         self._side_tasks: set[asyncio.Task[int]] = set()
         self._deferred_at = -1e9
-        self._held = HeldJobs(settings)
+        self._empty_due = 0  # claims in a row that found nothing while rows were due
         self._done: list[Completion] = []
         self._flushing = False  # a batch taken off _done is being written
         self._have_done = asyncio.Event()
         self._wake = asyncio.Event()
         self.waker = (Waker(settings, self._wake.set, on_pooled=self._poll_instead)
                       if settings.wakeup == "notify" else None)
-        self.stats = {"claimed": 0, "delivered": 0, "retry": 0, "dead": 0, "fenced": 0}
+        self.stats = {"claimed": 0, "delivered": 0, "retry": 0, "dead": 0, "fenced": 0,
+                      "handbacks": 0}
 
     def _poll_instead(self) -> None:
         """No wake-ups through a pooler: poll as ``OUTBOX_WAKEUP=poll`` would."""
@@ -159,51 +165,54 @@ class Worker:
                 self.metrics.largest_tenant_backlog.set(backlog.largest_tenant)
                 self.metrics.blocked_keys.set(backlog.blocked_keys)
                 self.metrics.blocked_deliveries.set(backlog.blocked_deliveries)
+                self.metrics.allowed_rates(await self.store.allowed_rates())
             await asyncio.sleep(self.settings.backlog_interval_seconds)
 
     async def _claim_loop(self, drain: bool) -> None:
         cfg = self.settings
-        budget = cfg.batch_size  # shrinks while claims come back deferred (endpoints at cap)
         while not self._stopped.is_set():
-            free = cfg.concurrency - len(self._inflight) - len(self._held)
+            free = cfg.concurrency - len(self._inflight)
             if free <= 0:
                 self._wake.clear()  # a slot freeing up (or stop) is what matters here
                 if self._stopped.is_set():
                     break
                 await self._wait(None)
                 continue
-            limit = min(free, cfg.batch_size, budget)
+            limit = min(free, cfg.batch_size)
             # Cleared before the claim, never inside _wait: a wake-up (a NOTIFY, the arm's
             # follow-up, a completion) that arrives while this claim or the idle loop's
             # next-due query runs stays set and makes the next wait return at once.
             self._wake.clear()
-            jobs = await self.store.claim(limit)
+            jobs = await self.store.claim(limit, *self.gate.claim_budgets())
             self.stats["claimed"] += len(jobs)
             self.metrics.claimed_per_poll.observe(len(jobs))
             started = sum(self._start(job) for job in jobs)
             self.metrics.in_flight.set(len(self._inflight))
-            if started < len(jobs):  # some endpoint is at its cap: claim what can start
-                budget = max(1, 2 * started)
+            if started < len(jobs):
                 self._deferred_at = time.monotonic()
-            else:
-                budget = cfg.batch_size
-                if jobs and len(jobs) == limit:
-                    continue  # more may be due: claim again at once
+            if jobs and len(jobs) == limit:
+                continue  # more may be due: claim again at once
             if drain and not jobs and await self._drained():
                 return
+            if jobs:
+                # Short of the limit: the due rows left are over their endpoints' budgets
+                # (or there are none). Let a few slots free up before the next claim, so
+                # one busy endpoint is claimed in batches, not one row per completion.
+                await asyncio.sleep(COALESCE_SECONDS)
             await self._pause(found=bool(jobs), drain=drain)
 
     async def _drained(self) -> bool:
         """Nothing in flight, nothing to record or being recorded (a completion may make the
         next delivery of an ordered key due), nothing handed back just now, nothing due."""
-        busy = self._inflight or self._held or self._done or self._flushing
+        busy = self._inflight or self._done or self._flushing
         if busy or time.monotonic() - self._deferred_at < 2.0:
             return False
         return not await self.store.any_due()
 
     def _start(self, job: Job) -> bool:
-        """Send ``job`` now or hold it for its endpoint's next free slot (True), or hand it
-        back to the queue (disabled endpoint, open breaker, too many held)."""
+        """Send ``job`` now (True), or park it (disabled endpoint) or hand it back to the
+        queue, counted (the claim budgets each endpoint's free slots, so this happens only
+        when a breaker opened or half-opened between the claim and now)."""
         if not job.enabled:
             self._record(park(job))
             return False
@@ -211,8 +220,8 @@ class Worker:
         if delay is None:
             self._launch(job)
             return True
-        if not self.gate.is_open(job.endpoint_id) and self._held.hold(job):
-            return True
+        self.metrics.handbacks.inc()
+        self.stats["handbacks"] += 1
         self._record(defer(job, delay))
         return False
 
@@ -221,41 +230,38 @@ class Worker:
         self._inflight.add(task)
         task.add_done_callback(self._task_done)
 
-    def _release_held(self, endpoint_id: uuid.UUID, delay: float | None = None) -> None:
-        """Start the endpoint's next held job if it may go now; hand back stale ones, or
-        all of them (after ``delay``) when the breaker opened or the worker stops."""
-        if self._stopped.is_set():
-            delay = 0.0
-        for job, fresh in self._held.take(endpoint_id, everything=delay is not None):
-            if delay is None and fresh and self.gate.admit(job.endpoint_id,
-                                                           job.max_in_flight) is None:
-                self._launch(job)
-            else:
-                self._record(defer(job, delay or 0.0))
-
     async def _pause(self, *, found: bool, drain: bool) -> None:
         """Between claims. Poll mode (or drain): the poll interval. Notify mode: a claim
         that found work re-claims soon (each completion also wakes it); one that found
         nothing arms the wake-up and sleeps until a NOTIFY, the earliest pending row's due
-        time, or the poll interval (a fallback tick costs one query, not a claim)."""
+        time, or the poll interval (a fallback tick costs one query, not a claim). Rows
+        that are due but over their endpoints' budgets (every slot of theirs busy here,
+        no send tokens left) are claimed again after a wait that doubles from 2 ms to
+        BUSY_POLL_SECONDS (a completion, freeing a slot, ends it at once)."""
         poll = self.settings.poll_seconds
+        if found:
+            self._empty_due = 0
         if self.waker is None or drain:
-            await self._wait(poll)
+            await self._wait(poll if found else min(poll, self._due_backoff()))
             return
         if found:
             self.waker.busy()
             await self._wait(min(poll, BUSY_POLL_SECONDS))
             return
         self.waker.idle()
-        due_soon = 0.002
         while not self._stopped.is_set():
             due_in = await self.store.next_due()
-            if due_in is not None and due_in <= 0:  # due, but another claim holds it
-                await self._wait(min(poll, due_soon))
+            if due_in is not None and due_in <= 0:  # due, but held or over budget
+                await self._wait(min(poll, self._due_backoff()))
                 return
+            self._empty_due = 0
             timeout = poll if due_in is None else min(poll, due_in + 0.001)
             if await self._wait(timeout) or timeout < poll:
                 return
+
+    def _due_backoff(self) -> float:
+        self._empty_due += 1
+        return min(0.002 * 2.0 ** min(self._empty_due - 1, 10), BUSY_POLL_SECONDS)
 
     async def _wait(self, timeout: float | None) -> bool:
         """Sleep until a slot frees, a wake-up, ``timeout`` or stop(); True if woken (at
@@ -276,22 +282,55 @@ class Worker:
             log.error("delivery task failed", exc_info=task.exception())
 
     async def _deliver(self, job: Job) -> None:
-        failed = True
+        """Send ``job``, then record its completion. A retry is never due before the end
+        of an open breaker's cooldown (the claims would not take it before anyway)."""
+        failed, done = True, None
         try:
-            failed = await self._attempt(job)
+            sent_at = time.time()
+            result = await send_job(self.transport, job, self.settings,
+                                    timestamp=int(sent_at))
+            done = self._decided(job, result)
+            # a 429 is an answer, not a failure: throttling handles it, not the breaker
+            failed = result.verdict is Verdict.RETRY and result.status_code != 429
+            signal = self.throttle.observe(job.endpoint_id, result, sent_at)
+            if signal is not None:
+                self._on_throttle(signal)
         finally:
             cooldown = self.gate.release(job.endpoint_id, failed=failed)
-            self._release_held(job.endpoint_id, cooldown)
+            if done is not None:
+                hold = self.gate.open_for(job.endpoint_id)
+                if hold and done.state == "pending" and done.delay < hold:
+                    done = dataclasses.replace(done, delay=hold)
+                self._record(done)
             if cooldown is not None and not self._stopped.is_set():
                 log.warning("endpoint circuit open for %.0fs", cooldown,
                             extra={"endpoint_id": str(job.endpoint_id)})
-                task = asyncio.create_task(self.store.push_endpoint(job.endpoint_id, cooldown))
-                self._side_tasks.add(task)
-                task.add_done_callback(self._side_tasks.discard)
+                self._side(self.store.push_endpoint(job.endpoint_id, cooldown))
 
-    async def _attempt(self, job: Job) -> bool:
-        """Send one delivery and queue its completion; True if the endpoint failed."""
-        result = await send_job(self.transport, job, self.settings, timestamp=int(time.time()))
+    def _on_throttle(self, signal: Signal) -> None:
+        """Slow the endpoint down for every worker (and pause it on Retry-After)."""
+        self.metrics.throttled(signal.endpoint_id)
+        if self._stopped.is_set():
+            return
+        log.info("endpoint throttled%s", f": paused {signal.pause:.1f}s" if signal.pause else "",
+                 extra={"endpoint_id": str(signal.endpoint_id)})
+        self._side(self.store.throttle(signal.endpoint_id, signal.observed, signal.pause,
+                                       signal.sent_at))
+        if signal.pause >= PUSH_PAUSE_SECONDS:  # idle workers then sleep through it
+            self._side(self.store.push_endpoint(signal.endpoint_id, signal.pause))
+
+    def _side(self, coro: Coroutine[Any, Any, int]) -> None:
+        task = asyncio.create_task(coro)
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_done)
+
+    def _side_done(self, task: asyncio.Task[int]) -> None:
+        self._side_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("flow-control update failed: %s", task.exception())
+
+    def _decided(self, job: Job, result: AttemptResult) -> Completion:
+        """The completion of one attempt, counted and logged (not yet recorded)."""
         done = decide(job, result, self.settings)
         self.metrics.attempted(job, done)
         # delivered at DEBUG: one line per success costs ~7% of a worker's CPU (bench/)
@@ -302,8 +341,7 @@ class Worker:
                 "endpoint_id": str(job.endpoint_id), "attempt": job.attempt,
                 "outcome": done.outcome, "status": done.status,
                 "duration_ms": round(done.duration_ms, 1), "error": done.error})
-        self._record(done)
-        return result.verdict is Verdict.RETRY
+        return done
 
     def _record(self, done: Completion) -> None:
         self._done.append(done)
@@ -343,8 +381,6 @@ class Worker:
         self.metrics.fenced(len(batch) - applied)
 
     async def _finish_inflight(self) -> None:
-        for endpoint_id in self._held.endpoints():
-            self._release_held(endpoint_id, 0.0)  # stopping: visible to others at once
         if not self._inflight:
             return
         grace = self.settings.shutdown_grace_seconds

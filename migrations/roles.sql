@@ -39,6 +39,9 @@ GRANT UPDATE (enabled, disabled_reason, updated_at, failure_streak, failing_sinc
 GRANT INSERT ON :"schema".deliveries TO :"worker_role";
 GRANT EXECUTE ON FUNCTION :"schema".op_insert(json) TO :"worker_role";
 GRANT SELECT, INSERT, DELETE ON :"schema".delivery_attempts TO :"worker_role";
+-- flow control: the claim takes send tokens, throttling lowers the rate or pauses
+-- (migrations/0008_flow_control.sql)
+GRANT SELECT, INSERT, UPDATE ON :"schema".endpoint_flow TO :"worker_role";
 -- ordered endpoints: the claim places fresh deliveries, the completion promotes the next
 -- (migrations/0005_ordered.sql)
 -- (the claim calls ordered_place, repair and `dead skip` ordered_advance; both call the

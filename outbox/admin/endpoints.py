@@ -95,6 +95,11 @@ class Endpoint:
     previous_secret_expires_at: dt.datetime | None
     created_at: dt.datetime
     updated_at: dt.datetime
+    # Flow control (docs/guides/flow-control.md): requests per second across every worker,
+    # the burst above it (None: one second's worth), the tenant's own lower limit.
+    rate_limit: float | None = None
+    rate_burst: int | None = None
+    tenant_rate_limit: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +241,8 @@ def add(
     timeout_seconds: float | None = None,
     max_in_flight: int | None = None,
     ordered: bool = False,
+    rate_limit: float | None = None,
+    rate_burst: int | None = None,
     allow_networks: Sequence[IPNetwork] | None = None,
     box: SecretBox | None = None,
     allow_brokers: bool = True,
@@ -247,6 +254,8 @@ def add(
     ``event_types`` are exact types, ``'prefix.*'`` patterns or ``'*'``; none: every type.
     ``ordered``: deliveries of events that share a ``key`` go out one at a time, each after
     the previous one is recorded delivered (docs/guides/ordering.md).
+    ``rate_limit``: requests per second to this endpoint across every worker process and
+    host, with at most ``rate_burst`` (default: ``rate_limit``) at once above it.
 
     With ``allow_networks`` the URL also passes :func:`check_destination` first
     (``None``, the library default, skips that check; the CLI always passes it).
@@ -270,6 +279,7 @@ def add(
         "timeout_seconds": _positive("timeout_seconds", timeout_seconds),
         "max_in_flight": _positive("max_in_flight", max_in_flight),
         "ordered": _flag("ordered", ordered),
+        **_rate_params(rate_limit, rate_burst),
     }
     generated = secret is None
     the_secret = generate_secret() if secret is None else secret
@@ -296,6 +306,19 @@ def _positive(name: str, value: float | None, upper: float | None = None) -> Any
         bound = f" and at most {upper:g}" if upper is not None else ""
         raise InvalidEndpoint(f"{name} must be positive{bound}, got {value}")
     return value
+
+
+def _rate_params(rate_limit: float | None, rate_burst: int | None, *,
+                 has_rate: bool = False) -> dict[str, Any]:
+    """Validated rate limit settings (a burst needs a rate, given or ``has_rate``: alone it
+    limits nothing)."""
+    if rate_burst is not None and rate_limit is None and not has_rate:
+        raise InvalidEndpoint("rate_burst needs rate_limit (requests per second)")
+    if rate_burst is not None and (isinstance(rate_burst, bool)
+                                   or not isinstance(rate_burst, int)):
+        raise InvalidEndpoint(f"rate_burst must be a whole number, got {rate_burst!r}")
+    return {"rate_limit": _positive("rate_limit", rate_limit, upper=1_000_000),
+            "rate_burst": _positive("rate_burst", rate_burst, upper=1_000_000)}
 
 
 def _flag(name: str, value: bool | None) -> bool | None:
@@ -383,6 +406,9 @@ def update(
     retry_cap_seconds: float | None = None,
     timeout_seconds: float | None = None,
     ordered: bool | None = None,
+    rate_limit: float | None = None,
+    rate_burst: int | None = None,
+    clear_rate_limit: bool = False,
     allow_networks: Sequence[IPNetwork] | None = None,
     box: SecretBox | None = None,
     allow_brokers: bool = True,
@@ -397,8 +423,12 @@ def update(
     emitted earlier are not ordered with the later ones; turned off, the deliveries already
     queued behind a key's head still go one at a time, in order.
     A new broker ``url`` replaces the stored credentials with its own (none if it has none).
+    ``rate_limit`` / ``rate_burst`` apply to the next claims of every worker;
+    ``clear_rate_limit`` removes both (the adaptive throttling still applies).
     """
     eid = parse_id(endpoint_id)
+    if clear_rate_limit and (rate_limit is not None or rate_burst is not None):
+        raise InvalidEndpoint("give a rate limit or clear_rate_limit, not both")
     if event_types and all_event_types:
         raise InvalidEndpoint("give event types or all_event_types, not both")
     credentials: str | None = None
@@ -417,6 +447,9 @@ def update(
         "retry_cap_seconds": _positive("retry_cap_seconds", retry_cap_seconds),
         "timeout_seconds": _positive("timeout_seconds", timeout_seconds),
         "ordered": _flag("ordered", ordered),
+        **_rate_params(rate_limit, rate_burst, has_rate=rate_limit is None and (
+            rate_burst is None or get(conn, eid, schema=schema).rate_limit is not None)),
+        "clear_rate_limit": bool(clear_rate_limit),
     }
     warnings: tuple[str, ...] = ()
     if url is not None and allow_networks is not None:
@@ -427,6 +460,35 @@ def update(
     if row is None:
         raise EndpointNotFound(f"no endpoint {eid}")
     return Updated(row, warnings)
+
+
+def set_tenant_rate_limit(
+    conn: psycopg.Connection[Any],
+    endpoint_id: str | uuid.UUID,
+    rate_limit: float | None,
+    *,
+    tenant: str,
+    schema: str,
+) -> Endpoint:
+    """The tenant's own rate limit of its endpoint (requests per second; None removes it):
+    it may lower the operator's ``rate_limit``, never raise it (refused with
+    :class:`InvalidEndpoint`, nothing written). An endpoint of another tenant, or of every
+    tenant, is :class:`EndpointNotFound`, as if absent."""
+    validate_scope(tenant, all_tenants=False)
+    limit = _positive("rate_limit", rate_limit, upper=1_000_000)
+    current = get(conn, endpoint_id, schema=schema)
+    if current.tenant != tenant or current.all_tenants:
+        raise EndpointNotFound(f"no endpoint {endpoint_id}")
+    if limit is not None and current.rate_limit is not None and limit > current.rate_limit:
+        raise InvalidEndpoint(f"rate_limit {limit:g}/s is above this endpoint's limit of "
+                              f"{current.rate_limit:g}/s")
+    params = {"id": current.id, "tenant": tenant, "limit": limit}
+    with translated(), conn.cursor(row_factory=_ENDPOINT_ROW) as cur:
+        cur.execute(render(queries.ENDPOINT_SET_TENANT_RATE_LIMIT, schema), params)
+        row = cur.fetchone()
+    if row is None:  # the operator lowered its limit meanwhile
+        raise InvalidEndpoint("rate_limit is above this endpoint's limit")
+    return row
 
 
 def rotate_secret(

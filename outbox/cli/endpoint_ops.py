@@ -1,4 +1,5 @@
-"""``outbox endpoints update | rotate-secret | ping``: change and check an endpoint."""
+"""``outbox endpoints show | update | rotate-secret | ping``: see, change and check an
+endpoint."""
 
 from __future__ import annotations
 
@@ -10,10 +11,37 @@ import click
 
 from outbox import worker as worker_seam
 from outbox.admin import endpoints as ep
+from outbox.admin import flow
 from outbox.cli.endpoints import endpoint_json, endpoints, parse_headers, print_warnings
-from outbox.cli.output import cut, echo_json, when
-from outbox.cli.params import Duration, delivery_options
+from outbox.cli.output import cut, echo_json, to_jsonable, when
+from outbox.cli.params import Duration, delivery_options, rate_options
 from outbox.cli.root import Context, Failed, pass_ctx
+
+
+@endpoints.command("show")
+@click.argument("endpoint_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="The endpoint and its flow state as JSON.")
+@pass_ctx
+def show(ctx: Context, endpoint_id: str, as_json: bool) -> None:
+    """One endpoint's settings, and its flow control now: the rate every worker together
+    may send at (its fixed limit, lowered while the endpoint answers 429/503 or times out)
+    and whether it is throttled or paused by Retry-After (docs: Flow control)."""
+    with ctx.connect() as conn:
+        e = ep.get(conn, endpoint_id, schema=ctx.schema)
+        state = flow.state(conn, e.id, schema=ctx.schema)
+    if as_json:
+        flow_json = {k: v for k, v in to_jsonable(state).items() if k != "endpoint_id"}
+        click.echo(json.dumps({**endpoint_json(e), "flow": flow_json}, indent=2))
+        return
+    click.echo(f"id:           {e.id}")
+    click.echo(f"url:          {e.url}")
+    click.echo(f"tenant:       {'(all)' if e.all_tenants else e.tenant or '-'}")
+    click.echo(f"enabled:      {'yes' if e.enabled else f'no ({e.disabled_reason})'}")
+    click.echo(f"event types:  {', '.join(e.event_types) if e.event_types else '*'}")
+    click.echo(f"ordered:      {'yes' if e.ordered else 'no'}")
+    click.echo(f"rate limit:   {rate_text(e)}")
+    click.echo(f"allowed rate: {flow.describe(state)}")
+    click.echo(f"throttled:    {state.throttled_total} time(s) so far")
 
 
 @endpoints.command("update")
@@ -30,13 +58,17 @@ from outbox.cli.root import Context, Failed, pass_ctx
               help="Deliver events that share a key one at a time, in order (or stop). "
                    "Applies to events emitted from now on.")
 @delivery_options
+@rate_options
+@click.option("--no-rate-limit", "clear_rate_limit", is_flag=True,
+              help="Remove the fixed rate limit and burst (adaptive throttling stays).")
 @click.option("--json", "as_json", is_flag=True, help="Print the endpoint as JSON.")
 @pass_ctx
 def update(ctx: Context, endpoint_id: str, url: str | None, event_types: tuple[str, ...],
            all_event_types: bool, headers: tuple[str, ...], clear_headers: bool,
            description: str | None, ordered: bool | None, max_attempts: int | None,
            retry_base_seconds: float | None, retry_cap_seconds: float | None,
-           timeout_seconds: float | None, as_json: bool) -> None:
+           timeout_seconds: float | None, rate_limit: float | None, rate_burst: int | None,
+           clear_rate_limit: bool, as_json: bool) -> None:
     """Change an endpoint; options not given keep their value. Validated like `add`,
     including the address check of a new URL (see `outbox endpoints add --help`).
 
@@ -45,14 +77,17 @@ def update(ctx: Context, endpoint_id: str, url: str | None, event_types: tuple[s
       outbox endpoints update 0193... --url https://hooks.example.com/v2
       outbox endpoints update 0193... --event-type invoice.paid --event-type invoice.void
       outbox endpoints update 0193... --clear-headers --header "X-Team=billing"
+      outbox endpoints update 0193... --rate-limit 50 --burst 100
     """
     changes: list[Any] = [url, event_types, all_event_types, headers, clear_headers,
                           description, max_attempts, retry_base_seconds, retry_cap_seconds,
-                          timeout_seconds]
+                          timeout_seconds, rate_limit, rate_burst, clear_rate_limit]
     if ordered is None and not any(c not in (None, False, ()) for c in changes):
         raise click.UsageError("nothing to update: give at least one option (see --help)")
     if event_types and all_event_types:
         raise click.UsageError("--event-type and --all-event-types contradict each other")
+    if clear_rate_limit and (rate_limit is not None or rate_burst is not None):
+        raise click.UsageError("--no-rate-limit contradicts --rate-limit and --burst")
     parsed = parse_headers(headers)
     with ctx.connect() as conn:
         done = ep.update(
@@ -60,7 +95,8 @@ def update(ctx: Context, endpoint_id: str, url: str | None, event_types: tuple[s
             all_event_types=all_event_types, headers=parsed, clear_headers=clear_headers,
             description=description, max_attempts=max_attempts,
             retry_base_seconds=retry_base_seconds, retry_cap_seconds=retry_cap_seconds,
-            timeout_seconds=timeout_seconds, ordered=ordered,
+            timeout_seconds=timeout_seconds, ordered=ordered, rate_limit=rate_limit,
+            rate_burst=rate_burst, clear_rate_limit=clear_rate_limit,
             allow_networks=ctx.allow_networks() if url is not None else None,
         )
     print_warnings(done.warnings)
@@ -73,6 +109,19 @@ def update(ctx: Context, endpoint_id: str, url: str | None, event_types: tuple[s
     click.echo(f"  event types: {', '.join(e.event_types) if e.event_types else '*'}")
     click.echo(f"  headers:     {', '.join(f'{k}={v}' for k, v in e.headers.items()) or '-'}")
     click.echo(f"  ordered:     {'yes' if e.ordered else 'no'}")
+    click.echo(f"  rate limit:  {rate_text(e)}")
+
+
+def rate_text(e: ep.Endpoint) -> str:
+    """``50/s, burst 100`` (the tenant's own lower limit too), or ``-``."""
+    if e.rate_limit is None and e.tenant_rate_limit is None:
+        return "-"
+    parts = []
+    if e.rate_limit is not None:
+        parts.append(f"{e.rate_limit:g}/s, burst {e.rate_burst or max(1, int(e.rate_limit))}")
+    if e.tenant_rate_limit is not None:
+        parts.append(f"tenant's own {e.tenant_rate_limit:g}/s")
+    return "; ".join(parts)
 
 
 @endpoints.command("rotate-secret")

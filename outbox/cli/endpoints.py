@@ -10,7 +10,7 @@ import click
 
 from outbox.admin import endpoints as ep
 from outbox.cli.output import print_table
-from outbox.cli.params import delivery_options, tenant_option
+from outbox.cli.params import delivery_options, rate_options, tenant_option
 from outbox.cli.root import Context, cli, pass_ctx
 
 
@@ -69,12 +69,14 @@ def endpoints() -> None:
               help="Deliver events that share a key one at a time, in emit order, each "
                    "after the previous one is delivered (docs: guides/ordering.md).")
 @delivery_options
+@rate_options
 @pass_ctx
 def add(ctx: Context, url: str, event_types: tuple[str, ...], tenant: str | None,
         all_tenants: bool, secret: str | None,
         headers: tuple[str, ...], description: str, ordered: bool, max_attempts: int | None,
         retry_base_seconds: float | None, retry_cap_seconds: float | None,
-        timeout_seconds: float | None) -> None:
+        timeout_seconds: float | None, rate_limit: float | None,
+        rate_burst: int | None) -> None:
     """Register URL; print its id and, if generated, its secret (shown only once).
 
     The URL's host is resolved now and refused if any of its addresses is loopback,
@@ -92,6 +94,10 @@ def add(ctx: Context, url: str, event_types: tuple[str, ...], tenant: str | None
     (RabbitMQ), nats://host?subject=S (JetStream), redis(s)://host/0?stream=S&maxlen=N.
     Credentials in it are stored sealed and never shown again.
 
+    With --rate-limit N, every worker together sends at most N requests a second (and B
+    at once above that, --burst). Without it, workers still slow down by themselves when
+    the endpoint answers 429 or 503 or times out (docs: Flow control).
+
     \b
     Examples:
       outbox endpoints add https://example.com/hooks --event-type invoice.paid \\
@@ -106,8 +112,8 @@ def add(ctx: Context, url: str, event_types: tuple[str, ...], tenant: str | None
             all_tenants=all_tenants, secret=secret,
             headers=parsed, description=description, max_attempts=max_attempts,
             retry_base_seconds=retry_base_seconds, retry_cap_seconds=retry_cap_seconds,
-            timeout_seconds=timeout_seconds, ordered=ordered,
-            allow_networks=ctx.allow_networks(),
+            timeout_seconds=timeout_seconds, ordered=ordered, rate_limit=rate_limit,
+            rate_burst=rate_burst, allow_networks=ctx.allow_networks(),
         )
     print_warnings(created.warnings)
     click.echo(f"id:     {created.endpoint.id}")

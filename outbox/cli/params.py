@@ -84,6 +84,23 @@ def delivery_options(f: F) -> F:
     return f
 
 
+def rate_options(f: F) -> F:
+    """``--rate-limit N`` and ``--burst B``: requests per second to the endpoint across every
+    worker, and how many may go at once above that (add and update share them)."""
+    options = [
+        click.option("--rate-limit", type=click.FloatRange(min=0, min_open=True,
+                                                           max=1_000_000), default=None,
+                     metavar="N", help="At most N requests per second to this endpoint, "
+                     "across every worker process and host (default: no fixed limit)."),
+        click.option("--burst", "rate_burst", type=click.IntRange(1, 1_000_000),
+                     default=None, metavar="B",
+                     help="Requests allowed at once above the rate (default: N)."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
 def tenant_option(help_text: str) -> Callable[[F], F]:
     """``--tenant ID``: scope a command to one tenant (validated by the library)."""
     return click.option("--tenant", default=None, metavar="ID", help=help_text)

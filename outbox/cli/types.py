@@ -19,7 +19,7 @@ from outbox.cli.root import Context, cli, pass_ctx
 _KEEP: Any = object()
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 tenant_option = click.option(
-    "--tenant", "tenants", multiple=True, metavar="TENANT",
+    "--offer-to", "tenants", multiple=True, metavar="TENANT",
     help="Offer the type in the portal to this tenant only (repeatable; default: every tenant).")
 internal_option = click.option("--internal", is_flag=True,
                                help="Offer the type to no tenant in the portal.")
@@ -27,7 +27,7 @@ internal_option = click.option("--internal", is_flag=True,
 
 def audience(tenants: tuple[str, ...], internal: bool) -> list[str] | None:
     if internal and tenants:
-        raise click.UsageError("--internal and --tenant exclude each other")
+        raise click.UsageError("--internal and --offer-to exclude each other")
     return [] if internal else (list(tenants) or None)
 
 
@@ -135,7 +135,8 @@ def show_type(ctx: Context, name: str, as_json: bool) -> None:
 @click.option("--example", "example_file", metavar="FILE", help="New example payload.")
 @tenant_option
 @internal_option
-@click.option("--all-tenants", is_flag=True, help="Offer the type to every tenant again.")
+@click.option("--offer-to-all", "all_tenants", is_flag=True,
+              help="Offer the type to every tenant again.")
 @json_option
 @pass_ctx
 def update(ctx: Context, name: str, schema_file: str | None, no_schema: bool,
@@ -146,7 +147,7 @@ def update(ctx: Context, name: str, schema_file: str | None, no_schema: bool,
     if no_schema and schema_file:
         raise click.UsageError("--schema and --no-schema exclude each other")
     if all_tenants and (tenants or internal):
-        raise click.UsageError("--all-tenants excludes --tenant and --internal")
+        raise click.UsageError("--offer-to-all excludes --offer-to and --internal")
     offered = audience(tenants, internal)
     changes: dict[str, Any] = {
         "tenants": None if all_tenants else (_KEEP if offered is None else offered),

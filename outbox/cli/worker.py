@@ -39,7 +39,7 @@ class Processes(click.ParamType[int | None]):
               help="Worker processes under one supervisor, or 'auto' for one per CPU"
                    " ($OUTBOX_PROCESSES).")
 @click.option("--concurrency", type=click.IntRange(1, 10_000), default=None,
-              help="Most requests in flight per process (default: $OUTBOX_CONCURRENCY=100).")
+              help="Most requests in flight per process (default: $OUTBOX_CONCURRENCY=1000).")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve /metrics, /healthz, /readyz here; 0: not at all"
                    " (default: $OUTBOX_METRICS_PORT=9464).")

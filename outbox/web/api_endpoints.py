@@ -12,12 +12,14 @@ from fastapi.responses import JSONResponse
 from outbox import worker as worker_seam
 from outbox.admin import endpoints as ep
 from outbox.admin import events as ev
+from outbox.admin import flow
 from outbox.web.deps import (
     AppSettings,
     Conn,
     allow_networks,
     duration,
     endpoint_json,
+    flow_json,
     listing,
     plain,
     uuid_param,
@@ -55,6 +57,7 @@ def create_endpoint(body: EndpointIn, conn: Conn, settings: AppSettings,
         headers=body.headers, description=body.description, max_attempts=body.max_attempts,
         retry_base_seconds=body.retry_base_seconds, retry_cap_seconds=body.retry_cap_seconds,
         timeout_seconds=body.timeout_seconds, max_in_flight=body.max_in_flight,
+        rate_limit=body.rate_limit, rate_burst=body.rate_burst,
         allow_networks=allow_networks(settings),
         box=settings.secret_box())
     response.headers["Cache-Control"] = "no-store"
@@ -64,7 +67,11 @@ def create_endpoint(body: EndpointIn, conn: Conn, settings: AppSettings,
 
 @router.get("/{endpoint_id}")
 def get_endpoint(endpoint_id: str, conn: Conn, settings: AppSettings) -> dict[str, Any]:
-    return {"endpoint": endpoint_json(ep.get(conn, endpoint_id, schema=settings.schema_name))}
+    """The endpoint, and its ``flow``: the allowed rate every worker together may send at
+    (null: unlimited) and whether it is throttled (after 429/503/timeouts) or paused."""
+    endpoint = ep.get(conn, endpoint_id, schema=settings.schema_name)
+    state = flow.state(conn, endpoint.id, schema=settings.schema_name)
+    return {"endpoint": endpoint_json(endpoint), "flow": flow_json(state)}
 
 
 @router.patch("/{endpoint_id}")
@@ -77,6 +84,8 @@ def update_endpoint(endpoint_id: str, body: EndpointPatch, conn: Conn,
         headers=body.headers, clear_headers=body.clear_headers, description=body.description,
         max_attempts=body.max_attempts, retry_base_seconds=body.retry_base_seconds,
         retry_cap_seconds=body.retry_cap_seconds, timeout_seconds=body.timeout_seconds,
+        rate_limit=body.rate_limit, rate_burst=body.rate_burst,
+        clear_rate_limit=body.clear_rate_limit,
         allow_networks=allow_networks(settings) if body.url is not None else None)
     return {"endpoint": endpoint_json(done.endpoint), "warnings": list(done.warnings)}
 

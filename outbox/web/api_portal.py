@@ -21,7 +21,7 @@ from outbox.admin import endpoints as ep
 from outbox.admin import events as ev
 from outbox.admin import replay as rp
 from outbox.admin import types as catalog
-from outbox.errors import DeliveryNotFound, EndpointNotFound, OperationRefused
+from outbox.errors import DeliveryNotFound, EndpointNotFound, InvalidEndpoint, OperationRefused
 from outbox.web.api_ops import Limit, dead_cursor, run_replay
 from outbox.web.auth import require_portal
 from outbox.web.deps import (
@@ -92,6 +92,11 @@ def update_endpoint(endpoint_id: str, body: PortalEndpointPatch, tenant: Tenant,
     schema = settings.schema_name
     endpoint = own_endpoint(conn, schema, tenant, endpoint_id)
     catalog.check_subscribable(conn, tenant, body.event_types, schema=schema)
+    if body.clear_rate_limit and body.rate_limit is not None:
+        raise InvalidEndpoint("give a rate_limit or clear_rate_limit, not both")
+    if body.rate_limit is not None or body.clear_rate_limit:  # the tenant's own limit
+        ep.set_tenant_rate_limit(conn, endpoint.id, body.rate_limit, tenant=tenant,
+                                 schema=schema)
     done = ep.update(conn, endpoint.id, schema=schema, url=body.url,
                      event_types=body.event_types or None,
                      all_event_types=body.all_event_types, headers=body.headers,

@@ -17,7 +17,7 @@ import psycopg
 from fastapi import APIRouter, Depends, Form, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, Response
 
-from outbox.admin import activity, deadletter, opevents, stats
+from outbox.admin import activity, deadletter, flow, opevents, stats
 from outbox.admin import deadletter as dl
 from outbox.admin import endpoints as ep
 from outbox.admin import events as ev
@@ -120,9 +120,10 @@ def endpoints_page(request: Request, page: Page, conn: Conn, tenant: str | None 
         listed = ep.list_all(conn, schema=schema, tenant=tenant)
         health = {h.stats.endpoint_id: h
                   for h in ev.endpoint_health(conn, schema=schema, tenant=tenant)}
+        flows = flow.states(conn, [e.id for e in listed], schema=schema)
     except BAD_INPUT as exc:
         return error_page(request, exc, {**context, "back": "/endpoints"})
-    rows = [_endpoint_row(e, health.get(e.id)) for e in listed
+    rows = [{**_endpoint_row(e, health.get(e.id)), "flow": flows.get(e.id)} for e in listed
             if want is None or e.enabled == want]
     return render(request, "endpoints.html", {**context, "rows": rows})
 

@@ -18,6 +18,7 @@ from outbox._db.connection import connect
 from outbox._security.ssrf import IPNetwork, parse_networks
 from outbox.admin import _timeparse
 from outbox.admin.endpoints import Endpoint
+from outbox.admin.flow import FlowState
 from outbox.admin.portal import WebSettings
 from outbox.web.auth import web_settings
 from outbox.web.errors import ApiError
@@ -102,6 +103,13 @@ def plain(value: Any) -> Any:
 def endpoint_json(endpoint: Endpoint) -> dict[str, Any]:
     """An endpoint as the API shows it (no secret: :class:`Endpoint` holds none)."""
     data: dict[str, Any] = plain(endpoint)
+    return data
+
+
+def flow_json(state: FlowState) -> dict[str, Any]:
+    """An endpoint's flow state as the API shows it (its id is the endpoint's)."""
+    data: dict[str, Any] = plain(state)
+    data.pop("endpoint_id", None)
     return data
 
 

@@ -36,6 +36,8 @@ class EndpointIn(PortalEndpointIn):
     retry_cap_seconds: float | None = None
     timeout_seconds: float | None = None
     max_in_flight: int | None = None
+    rate_limit: float | None = None
+    rate_burst: int | None = None
 
 
 class PortalEndpointPatch(Strict):
@@ -47,6 +49,9 @@ class PortalEndpointPatch(Strict):
     headers: _Headers = None
     clear_headers: bool = False
     description: str | None = Field(default=None, max_length=1000)
+    # requests per second (the portal: the tenant's own, at most the operator's)
+    rate_limit: float | None = None
+    clear_rate_limit: bool = False
 
 
 class EndpointPatch(PortalEndpointPatch):
@@ -56,6 +61,7 @@ class EndpointPatch(PortalEndpointPatch):
     retry_base_seconds: float | None = None
     retry_cap_seconds: float | None = None
     timeout_seconds: float | None = None
+    rate_burst: int | None = None
 
 
 class DisableIn(Strict):

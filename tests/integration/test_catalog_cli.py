@@ -151,10 +151,10 @@ def test_help_has_examples() -> None:
 
 
 def test_tenants_offered_a_type(db_url: str) -> None:
-    assert ok(db_url, "types", "add", "a.b", "--tenant", "acme", "--tenant", "globex",
+    assert ok(db_url, "types", "add", "a.b", "--offer-to", "acme", "--offer-to", "globex",
               "--json")["tenants"] == ["acme", "globex"]
     assert ok(db_url, "types", "update", "a.b", "--internal", "--json")["tenants"] == []
     assert "none (internal)" in ok(db_url, "types", "show", "a.b")
-    assert ok(db_url, "types", "update", "a.b", "--all-tenants", "--json")["tenants"] is None
-    done = run_cli(db_url, "types", "add", "c.d", "--tenant", "acme", "--internal")
+    assert ok(db_url, "types", "update", "a.b", "--offer-to-all", "--json")["tenants"] is None
+    done = run_cli(db_url, "types", "add", "c.d", "--offer-to", "acme", "--internal")
     assert done.returncode == 2 and "exclude each other" in done.stderr

@@ -11,7 +11,7 @@ import psycopg
 
 from outbox._db.connection import render
 from outbox.delivery import queries
-from tests.support.pg import SCHEMA
+from tests.support.pg import SCHEMA, UNBUDGETED
 
 CLAIM = render(queries.CLAIM, SCHEMA).encode()
 ENDPOINT_COLUMN = 7  # endpoint_id in the claim's result
@@ -44,7 +44,7 @@ def _claim(c: psycopg.Connection[Any], limit: int) -> list[tuple[Any, ...]]:
     with c.transaction():
         c.execute(queries.CLAIM_POSITION_SET, (_POSITION.get(c, ""),))
         rows = c.execute(CLAIM, {"limit": limit, "lease": 30.0,
-                                 "token": uuid.uuid4()}).fetchall()
+                                 "token": uuid.uuid4(), **UNBUDGETED}).fetchall()
         position = c.execute(queries.CLAIM_POSITION_GET).fetchone()
     _POSITION[c] = str(position[0] or "") if position else ""
     return rows

@@ -13,7 +13,7 @@ import pytest
 
 from outbox._db.connection import render
 from outbox.delivery import queries
-from tests.support.pg import SCHEMA
+from tests.support.pg import SCHEMA, UNBUDGETED
 from tests.support.workers import SECRET, add_endpoint, emit
 
 SCANS = re.compile(r"(Seq Scan|Bitmap Heap Scan) on (deliveries|events|endpoints)\b")
@@ -46,7 +46,7 @@ def _crowded_queue(c: psycopg.Connection[Any]) -> uuid.UUID:
 
 def _plan(c: psycopg.Connection[Any], options: str = "") -> str:
     claim = render(queries.CLAIM, SCHEMA)
-    params = {"limit": 10, "lease": 30.0, "token": uuid.uuid4()}
+    params = {"limit": 10, "lease": 30.0, "token": uuid.uuid4(), **UNBUDGETED}
     with c.transaction(force_rollback=True):
         rows = c.execute((f"EXPLAIN {options} " + claim).encode(), params).fetchall()
     return "\n".join(r[0] for r in rows)
@@ -58,7 +58,7 @@ def test_claim_plan_uses_the_partial_indexes(db_url: str) -> None:
         plan = _plan(c)
         analyzed = _plan(c, "(ANALYZE, BUFFERS, TIMING OFF)")
         claim = render(queries.CLAIM, SCHEMA)
-        params = {"limit": 10, "lease": 30.0, "token": uuid.uuid4()}
+        params = {"limit": 10, "lease": 30.0, "token": uuid.uuid4(), **UNBUDGETED}
         with c.transaction(force_rollback=True):
             claimed = c.execute(claim.encode(), params).fetchall()
     # the rotation: a skip scan over the endpoints with pending rows, then each one's due rows
@@ -130,7 +130,8 @@ def test_claim_rows_are_jobs_by_name(db_url: str) -> None:
             return await (await cur.execute(sql.encode(), params)).fetchall()
 
     token = uuid.uuid4()
-    params: dict[str, object] = {"limit": 10, "lease": 30.0, "token": token}
+    params: dict[str, object] = {"limit": 10, "lease": 30.0, "token": token,
+                                   **UNBUDGETED}
     (job,) = asyncio.run(claim(render(queries.CLAIM, SCHEMA), params))
     assert (job.token, job.attempt, job.event_id, job.event_type, job.endpoint_id) == (
         token, 1, event, "x", endpoint)

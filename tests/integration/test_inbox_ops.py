@@ -17,7 +17,7 @@ from tests.support.cli import execute, invoke
 from tests.support.pg import SCHEMA
 
 SENDER = {"endpoints", "events", "deliveries", "delivery_attempts", "schema_migrations",
-          "captures"}
+          "captures", "endpoint_flow", "event_types", "event_catalog"}
 INBOX = {"inbox", "inbox_migrations"}
 
 

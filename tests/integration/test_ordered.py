@@ -23,7 +23,7 @@ from outbox.delivery import queries as dq
 from outbox.errors import DeliveryNotFound, OperationRefused
 from outbox.testing.receiver import Behaviour, Receiver
 from tests.support.cli import invoke
-from tests.support.pg import SCHEMA
+from tests.support.pg import SCHEMA, UNBUDGETED
 from tests.support.workers import (
     SECRET,
     add_endpoint,
@@ -314,7 +314,7 @@ def test_a_completion_racing_a_placement_never_strands_the_key(db_url: str) -> N
 
     def claim_once(c: psycopg.Connection[Any]) -> list[Any]:
         return c.execute(claim.encode(), {"limit": 10, "lease": 30.0,
-                                          "token": uuid.uuid4()}).fetchall()
+                                          "token": uuid.uuid4(), **UNBUDGETED}).fetchall()
 
     with psycopg.connect(db_url, autocommit=True) as c, \
             psycopg.connect(db_url) as holder, psycopg.connect(db_url, autocommit=True) as w:
@@ -409,7 +409,7 @@ def test_claim_ignores_a_long_queue_behind_a_retrying_head(db_url: str) -> None:
                   {"ep": endpoint, "other": other})
         c.execute(f"ANALYZE {SCHEMA}.deliveries")
         claim = render(dq.CLAIM, SCHEMA)
-        params = {"limit": 10, "lease": 30.0, "token": uuid.uuid4()}
+        params = {"limit": 10, "lease": 30.0, "token": uuid.uuid4(), **UNBUDGETED}
         with c.transaction(force_rollback=True):
             plan = "\n".join(r[0] for r in c.execute(
                 ("EXPLAIN (ANALYZE, BUFFERS, TIMING OFF) " + claim).encode(), params))

@@ -50,4 +50,4 @@ def test_sql_strings_round_trip_through_emit_and_delivery(db_url: str) -> None:
         tables = c.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'outbox'").fetchone()
     assert row == (NASTY[4], NASTY[0])
     assert stored.description == NASTY[0]
-    assert tables == (5,)  # nothing dropped
+    assert tables == (6,)  # nothing dropped (endpoint_flow: migrations/0008)

@@ -203,6 +203,7 @@ EXEMPT = {
     "demo": "its own throwaway endpoint and events",
     "secrets generate-key": "no database",
     "secrets reencrypt": "re-seals every endpoint's secret under the current key: all or none",
+    "endpoints show": "takes one endpoint id: the id is the scope",
     "endpoints update": "takes one endpoint id: the id is the scope",
     "endpoints disable": "takes one endpoint id",
     "endpoints enable": "takes one endpoint id",
@@ -212,6 +213,16 @@ EXEMPT = {
     "dead skip": "takes delivery ids: the ids are the scope (the library's skip() also takes "
                  "tenant=, tests/integration/test_ordered.py)",
     "inbox prune": "the receiving side's dedupe ids: received webhooks carry no tenant",
+    "types add": "the event catalog is global: --offer-to names the tenants whose portal "
+                 "shows the type; each portal sees only what it is offered "
+                 "(tests/web/test_isolation.py)",
+    "types update": "one type by name: the name is the scope (--offer-to as for add)",
+    "types list": "the global catalog (the portal shows a tenant what it is offered)",
+    "types show": "one type by name",
+    "types deprecate": "one type by name",
+    "types remove": "one type by name",
+    "types publish": "the process's registered pydantic models: the global catalog",
+    "types export": "the global catalog as a document for receivers",
     "capture add": "schema DDL on one application table (a trigger): --tenant-column names "
                    "the column that gives each captured event its tenant",
     "capture list": "the installed triggers: schema, no tenant data",

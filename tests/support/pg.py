@@ -44,3 +44,8 @@ def outbox_migrations(url: str, schema: str = SCHEMA) -> list[tuple[Any, ...]]:
     query = f"SELECT version, checksum, applied_at FROM {schema}.schema_migrations ORDER BY 1"
     with psycopg.connect(url) as conn:
         return conn.execute(query.encode()).fetchall()
+
+
+# The claim's budget parameters for a test that reads the claim alone (no worker): nothing
+# in flight, no cap (delivery/queries.py BUDGET). Rate limits and pauses still apply.
+UNBUDGETED = {"used_ids": [], "used_counts": [], "default_cap": 1 << 30}

@@ -44,6 +44,14 @@ def results() -> dict[str, Any]:
                        "notify every transaction": 2800.0}},
                        "batch_100": {"tx_per_s": {"off": 700.0,
                                                   "sentinel, workers busy": 600.0}}}},
+        "flow": {"hot": {"default": {"deliveries_per_s": 4600.0, "claims_per_delivery": 1.0},
+                         "cap_lifted": {"deliveries_per_s": 5000.0}},
+                 "peer_post": {"median_rate": 2000.0},
+                 "limit50": {"limited_per_s": 49.5, "limited_max_in_one_second": 101,
+                             "unlimited_per_s": 1800.0, "unlimited_alone_per_s": 2000.0},
+                 "gateway": {"after_10s_429_share": 0.04, "after_10s_delivered_per_s": 65.0},
+                 "slow": {"1000": {"deliveries_per_s_per_process": 1600.0},
+                          "100": {"deliveries_per_s_per_process": 390.0}}},
     }
 
 
@@ -86,6 +94,17 @@ def test_every_target_judged_from_full_results() -> None:
         "(info) 16 emitters, 1 event/tx, NOTIFY in every tx vs off": None,
         "worker CPU per delivery vs bare loop, 2 processes (net of start-up)": True,  # 1.41x
         "(info) worker CPU per delivery vs bare loop, start-up included": None,
+        "hot endpoint, 2 workers, default settings vs cap lifted": True,  # 0.92x
+        "hot endpoint, claims per delivery (default settings)": True,
+        "hot endpoint, 2 workers vs pgqueuer signing + POST handler": True,  # 2.3x
+        "hot endpoint, 2 workers vs pgqueuer no-op drain": True,  # 1.1x
+        "50/s limit, 4 workers: rate at the receiver": True,
+        "50/s limit, 4 workers: most requests in one second": False,  # 101 > 100
+        "50/s limit beside: unlimited endpoint vs alone": True,  # 0.9x
+        "429 above 100/s: 429 share after 10 s": True,
+        "429 above 100/s: delivered/s after 10 s": False,  # 65 < 70
+        "1,000 endpoints at 250 ms, per process, concurrency 1000": True,
+        "(info) 1,000 endpoints at 250 ms, per process, concurrency 100": None,
     }
 
 
@@ -137,9 +156,11 @@ def test_only_peer_lists_the_peer_rows_as_not_run_on_our_side() -> None:
     rows = suite.rows_for(["pgqueuer", "procrastinate"], res, {})
     assert [r.target for r in rows] == [
         "throughput, 2 workers vs pgqueuer no-op drain (batch 10)",
-        "throughput, 2 workers vs procrastinate no-op drain (conc. 50)"]
-    assert all(r.met is None and r.verdict == "not run (throughput)" for r in rows)
-    assert [r.reference for r in rows] == ["4,200 /s", "700 /s"]
+        "throughput, 2 workers vs procrastinate no-op drain (conc. 50)",
+        "hot endpoint, 2 workers vs pgqueuer no-op drain"]
+    assert [r.verdict for r in rows] == ["not run (throughput)"] * 2 + ["not run (flow)"]
+    assert all(r.met is None for r in rows)
+    assert [r.reference for r in rows] == ["4,200 /s", "700 /s", "4,200 /s"]
 
 
 def test_select_expands_groups_keeps_run_order_and_rejects_unknown_names() -> None:

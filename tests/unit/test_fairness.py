@@ -58,29 +58,21 @@ def test_success_resets_the_failure_count() -> None:
     assert not gate.is_open(e)
 
 
-def test_held_jobs_are_bounded_and_go_stale() -> None:
-    import datetime as dt
-
-    from outbox.delivery.fairness import HeldJobs
-    from outbox.delivery.jobs import Job
-    from outbox.delivery.settings import WorkerSettings
+def test_claim_budgets_report_in_flight_and_block_open_breakers() -> None:
+    """The claim is told what is in flight here per endpoint; an open breaker (or a
+    half-open one with its probe out) leaves its endpoint no slot; a half-open one with no
+    probe out is not listed (its first row becomes the probe)."""
+    from outbox.delivery.fairness import BLOCKED
 
     clock = Clock()
-    cfg = WorkerSettings(endpoint_max_in_flight=2, lease_seconds=30, http_timeout_seconds=10)
-    held = HeldJobs(cfg, clock=clock)
-    endpoint = uuid.uuid4()
-
-    def job(n: int) -> Job:
-        return Job(n, 1, uuid.uuid4(), uuid.uuid4(), "x", "{}", dt.datetime.now(dt.UTC),
-                   endpoint, "https://example.com", True, "whsec_x", None, {}, None, None,
-                   None, None)
-
-    assert held.hold(job(1)) and held.hold(job(2))
-    assert not held.hold(job(3))  # at most cap waiting per endpoint
-    assert len(held) == 2
-    assert [(j.delivery_id, fresh) for j, fresh in held.take(endpoint, everything=False)] == [
-        (1, True)]
-    clock.now += 19.5  # 30 s lease - 10 s timeout - 1 s margin = 19 s of safe holding
-    assert [(j.delivery_id, fresh) for j, fresh in held.take(endpoint, everything=False)] == [
-        (2, False)]
-    assert len(held) == 0 and held.endpoints() == []
+    gate = EndpointGate(default_cap=4, threshold=1, cooldown=10.0, clock=clock)
+    busy, broken, idle = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    assert gate.admit(busy) is None and gate.admit(busy) is None
+    assert gate.admit(broken) is None and gate.release(broken, failed=True) == 10.0
+    assert gate.admit(idle) is None
+    gate.release(idle, failed=False)
+    assert dict(zip(*gate.claim_budgets(), strict=True)) == {busy: 2, broken: BLOCKED}
+    clock.now += 11  # half-open, no probe out: not listed
+    assert dict(zip(*gate.claim_budgets(), strict=True)) == {busy: 2}
+    assert gate.admit(broken) is None  # the probe
+    assert dict(zip(*gate.claim_budgets(), strict=True)) == {busy: 2, broken: BLOCKED}

@@ -73,6 +73,7 @@ PUBLIC: dict[str, set[str]] = {
     "outbox.admin.migrations": {"Cursor", "Migration", "apply_in_transaction", "available",
                                 "migrate", "script"},
     "outbox.admin.activity": {"Minute", "last_hour"},
+    "outbox.admin.flow": {'state', 'describe', 'states', 'FlowState'},
     "outbox.admin.capture": {"OPERATIONS", "Capture", "add", "add_statement", "list_captures",
                              "remove", "remove_statement"},
     "outbox.admin.types": {"DESCRIPTION_MAX_LENGTH", "EventType", "add", "check_example",

@@ -47,12 +47,18 @@ def _changes(before: dict[str, list[str]], after: dict[str, list[str]]
 
 def _only_own_new_endpoints(changes: dict[str, tuple[set[str], set[str]]]) -> bool:
     """The one change an attack request may make: the page that adds an endpoint ignores
-    a smuggled ``tenant`` / ``all_tenants`` field and adds one of the session's tenant."""
-    if set(changes) - {"endpoints"}:
+    a smuggled ``tenant`` / ``all_tenants`` field and adds one of the session's tenant
+    (with its new flow-control row, migrations/0008_flow_control.sql, and nothing else
+    there)."""
+    if set(changes) - {"endpoints", "endpoint_flow"}:
         return False
     gone, new = changes.get("endpoints", (set(), set()))
     rows = [json.loads(r) for r in new]
-    return not gone and all(r["tenant"] == "acme" and not r["all_tenants"] for r in rows)
+    flow_gone, flow_new = changes.get("endpoint_flow", (set(), set()))
+    new_ids = {r["id"] for r in rows}
+    return (not gone and all(r["tenant"] == "acme" and not r["all_tenants"] for r in rows)
+            and not flow_gone
+            and all(json.loads(r)["endpoint_id"] in new_ids for r in flow_new))
 
 
 def _attacks(world: World, csrf: str) -> list[dict[str, Any]]:

@@ -8,7 +8,8 @@ from outbox._db.queries.opevents import OP_EMIT, OP_WAKE
 ENDPOINT_COLUMNS = """
     id, url, description, tenant, all_tenants, event_types, headers, enabled, disabled_reason,
     max_attempts, retry_base_seconds, retry_cap_seconds, timeout_seconds, max_in_flight,
-    ordered, previous_secret_expires_at, created_at, updated_at
+    ordered, previous_secret_expires_at, created_at, updated_at,
+    rate_limit, rate_burst, tenant_rate_limit
 """
 
 ENDPOINT_INSERT = (
@@ -16,11 +17,12 @@ ENDPOINT_INSERT = (
 INSERT INTO {schema}.endpoints
     (id, url, description, tenant, all_tenants, secret, event_types, headers,
      max_attempts, retry_base_seconds, retry_cap_seconds, timeout_seconds, max_in_flight,
-     ordered, url_credentials)
+     ordered, url_credentials, rate_limit, rate_burst)
 VALUES (%(id)s, %(url)s, %(description)s, %(tenant)s, %(all_tenants)s, %(secret)s,
         %(event_types)s, %(headers)s,
         %(max_attempts)s, %(retry_base_seconds)s, %(retry_cap_seconds)s,
-        %(timeout_seconds)s, %(max_in_flight)s, %(ordered)s, %(url_credentials)s)
+        %(timeout_seconds)s, %(max_in_flight)s, %(ordered)s, %(url_credentials)s,
+        %(rate_limit)s, %(rate_burst)s)
 RETURNING"""
     + ENDPOINT_COLUMNS
 )
@@ -94,6 +96,10 @@ UPDATE {schema}.endpoints
        retry_cap_seconds = COALESCE(%(retry_cap_seconds)s::float8, retry_cap_seconds),
        timeout_seconds = COALESCE(%(timeout_seconds)s::float8, timeout_seconds),
        ordered = COALESCE(%(ordered)s::boolean, ordered),
+       rate_limit = CASE WHEN %(clear_rate_limit)s THEN NULL
+                         ELSE COALESCE(%(rate_limit)s::float8, rate_limit) END,
+       rate_burst = CASE WHEN %(clear_rate_limit)s THEN NULL
+                         ELSE COALESCE(%(rate_burst)s::integer, rate_burst) END,
        updated_at = now()
  WHERE id = %(id)s
 RETURNING"""
@@ -133,3 +139,34 @@ ENDPOINT_SET_SECRETS = """
 UPDATE {schema}.endpoints SET secret = %s, previous_secret = %s, url_credentials = %s
  WHERE id = %s
 """
+
+# A tenant's own rate limit (the portal): at most the operator's rate_limit, if any
+# (refused otherwise: no row). NULL removes it.
+ENDPOINT_SET_TENANT_RATE_LIMIT = (
+    """
+UPDATE {schema}.endpoints
+   SET tenant_rate_limit = %(limit)s::float8, updated_at = now()
+ WHERE id = %(id)s AND tenant IS NOT DISTINCT FROM %(tenant)s
+   AND (%(limit)s::float8 IS NULL OR rate_limit IS NULL OR %(limit)s::float8 <= rate_limit)
+RETURNING"""
+    + ENDPOINT_COLUMNS
+)
+
+# Flow control state per endpoint (outbox.admin.flow; migrations/0008_flow_control.sql). The
+# allowed rate as the claim computes it (delivery/queries.py BUDGET): the lower of the
+# fixed limits and the adaptive rate while it applies (60 s after its last cut); NULL:
+# unlimited. Throttled: an adaptive rate or a pause in force. By primary key.
+_FLOW_COLUMNS = """
+SELECT e.id AS endpoint_id, least(e.rate_limit, e.tenant_rate_limit) AS rate_limit,
+       least(least(e.rate_limit, e.tenant_rate_limit), a.adaptive) AS allowed_rate,
+       (a.adaptive IS NOT NULL OR COALESCE(f.paused_until > now(), false)) AS throttled,
+       CASE WHEN f.paused_until > now() THEN f.paused_until END AS paused_until,
+       COALESCE(f.throttled_total, 0) AS throttled_total
+  FROM {schema}.endpoints e
+  LEFT JOIN {schema}.endpoint_flow f ON f.endpoint_id = e.id
+ CROSS JOIN LATERAL (
+      SELECT CASE WHEN f.decreased_at > now() - interval '60 seconds'
+                  THEN f.adaptive_rate + COALESCE(f.increase_per_second, 0)
+                       * EXTRACT(EPOCH FROM now() - f.decreased_at)::float8 END AS adaptive) a
+"""
+FLOW_STATES = _FLOW_COLUMNS + " WHERE e.id = ANY (%s::uuid[])"

@@ -1,0 +1,244 @@
+"""Flow control: a hot endpoint at full speed, rate limits across processes, throttling.
+
+    .venv/bin/python -m bench.flow [--events 10000] [--rounds 2] [--seconds 20]
+        [--only hot,peer_post,peer_noop,limit50,gateway,slow]
+
+Sections (each on fresh scratch databases, worker processes ``python -m outbox worker``):
+
+- ``hot``: one endpoint (``bench.sink``), ``--events`` backlog, two ``--drain`` workers at
+  default settings vs the same with the per-endpoint cap lifted to the concurrency
+  (``OUTBOX_ENDPOINT_MAX_IN_FLIGHT``): deliveries/s (median of ``--rounds``), claims per
+  delivery and hand-backs (from the workers' exit counters).
+- ``peer_post``: pgqueuer draining the same number of jobs with a handler that signs and
+  POSTs each one to the same kind of sink (``bench.peer_post``); ``peer_noop``: its no-op
+  drain (``bench.peer``), the floor.
+- ``limit50``: four workers; one endpoint limited to 50/s (``bench.limited`` receiver) and
+  one unlimited (``bench.sink``) in the same run for ``--seconds``: the limited one's
+  rate at the receiver and most requests in any one second; the unlimited one's rate vs
+  its rate alone (same workers, same backlog, no limited endpoint).
+- ``gateway``: two workers, default settings, 3,000 events to a receiver that answers 429
+  with ``Retry-After: 1`` whenever it got more than 100 requests in the last second: the
+  429 share and deliveries/s after the first 10 s.
+- ``slow``: 1,000 endpoints answering after 250 ms, two workers: deliveries/s per process
+  and peak RSS per process at ``OUTBOX_CONCURRENCY`` 100 (the old default), 500 and 1000.
+
+Human-readable lines, then one JSON line. The machine is shared: report medians, compare
+only figures of the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from typing import Any
+
+import psycopg
+
+import outbox
+from bench.common import SCHEMA, emit_json, scratch_database
+from bench.deliver import throughput
+from bench.limited import LimitedReceiver
+from bench.procs import Workers
+from bench.sink import Sink
+from outbox.admin import endpoints as ep
+
+Results = dict[str, Any]
+
+
+def hot(events: int, rounds: int, concurrency: int = 1000) -> Results:
+    """Two drain workers on one endpoint: default settings vs the cap lifted to the
+    default concurrency (1000)."""
+    runs: dict[str, list[Results]] = {"default": [], "cap_lifted": []}
+    for _ in range(rounds):
+        runs["default"].append(throughput(events, 2, {}))
+        runs["cap_lifted"].append(throughput(
+            events, 2, {"OUTBOX_ENDPOINT_MAX_IN_FLIGHT": str(concurrency)}))
+    out: Results = {"events": events, "rounds": rounds}
+    for name, rs in runs.items():
+        counters = [r["worker_counters"] for r in rs]
+        out[name] = {
+            "deliveries_per_s": statistics.median(r["deliveries_per_s"] for r in rs),
+            "claims_per_delivery": max(c.get("claimed", 0) / max(c.get("delivered", 1), 1)
+                                       for c in counters),
+            "handbacks": sum(c.get("handbacks", 0) for c in counters),
+            "worker_cpu_us_per_delivery": statistics.median(
+                r["worker_cpu_us_per_delivery"] for r in rs),
+            "runs": [round(r["deliveries_per_s"]) for r in rs]}
+    out["ratio"] = out["default"]["deliveries_per_s"] / out["cap_lifted"]["deliveries_per_s"]
+    return out
+
+
+def peer_post(events: int, rounds: int) -> Results:
+    from bench import peer_post as pp
+    runs = [pp.one_run(events) for _ in range(rounds)]
+    return {"jobs": events, "median_rate": statistics.median(r["rate"] for r in runs),
+            "runs": runs}
+
+
+def _add(url: str, target: str, event_type: str, **kwargs: Any) -> None:
+    with psycopg.connect(url, autocommit=True) as c:
+        ep.add(c, target, schema=SCHEMA, event_types=[event_type], **kwargs)
+
+
+def _emit(url: str, n: int, event_type: str) -> None:
+    with psycopg.connect(url) as c:
+        for start in range(0, n, 1000):
+            outbox.emit_many(c, [outbox.Event(event_type, {"n": i})
+                                 for i in range(start, min(n, start + 1000))], schema=SCHEMA)
+        c.commit()
+
+
+def _max_in_any_second(times: list[float]) -> int:
+    times, best, j = sorted(times), 0, 0
+    for i, t in enumerate(times):
+        while times[j] <= t - 1.0:
+            j += 1
+        best = max(best, i - j + 1)
+    return best
+
+
+def _unlimited_rate(seconds: float, with_limited: bool, workers: int = 4) -> Results:
+    """Deliveries/s to an unlimited endpoint over ``seconds`` (from 3 s after the first
+    deliveries), with or without a 50/s-limited endpoint served by the same workers."""
+    with scratch_database() as url, Sink() as sink, LimitedReceiver() as rx:
+        _add(url, sink.url + "/free", "free.event")
+        _emit(url, 100_000, "free.event")
+        if with_limited:
+            _add(url, rx.url + "/limited", "limited.event", rate_limit=50)
+            _emit(url, int(50 * (seconds + 10) * 1.5), "limited.event")
+        with Workers(url, workers, {}, drain=False) as procs, \
+                psycopg.connect(url, autocommit=True) as c:
+            def delivered() -> int:
+                row = c.execute(f"SELECT count(*) FROM {SCHEMA}.deliveries d JOIN"
+                                f" {SCHEMA}.endpoints e ON e.id = d.endpoint_id WHERE"
+                                " d.state = 'delivered' AND e.url LIKE '%%/free'").fetchone()
+                return int(row[0]) if row else 0
+            up = time.monotonic()  # every worker up (start-up is seconds on a busy host)
+            while (delivered() == 0 or (with_limited and not rx.hits)) \
+                    and time.monotonic() - up < 60:
+                time.sleep(0.1)
+            time.sleep(3.0)
+            before, t0 = delivered(), time.monotonic()
+            time.sleep(seconds)
+            after, t1 = delivered(), time.monotonic()
+            procs.wait(terminate=True)
+        times = [h.at for h in rx.hits if t0 <= h.at <= t1]
+    res: Results = {"unlimited_per_s": (after - before) / (t1 - t0)}
+    if with_limited:
+        res.update({"limited_per_s": len(times) / (t1 - t0),
+                    "limited_max_in_one_second": _max_in_any_second(times),
+                    "limited_429s": sum(h.status != 200 for h in rx.hits)})
+    return res
+
+
+def limit50(seconds: float) -> Results:
+    both = _unlimited_rate(seconds, with_limited=True)
+    alone = _unlimited_rate(seconds, with_limited=False)
+    return {**both, "unlimited_alone_per_s": alone["unlimited_per_s"],
+            "unlimited_ratio": both["unlimited_per_s"] / alone["unlimited_per_s"],
+            "seconds": seconds}
+
+
+def gateway(events: int = 6000, seconds: float = 40.0) -> Results:
+    """Two workers at default settings against a 429-above-100/s receiver, for
+    ``seconds`` with a backlog left at the end (a 429'd delivery's own retry follows the
+    retry schedule, up to a minute: a drain's tail would measure that, not the rate)."""
+    with scratch_database() as url, LimitedReceiver(limit=100, retry_after="1") as rx:
+        _add(url, rx.url + "/gateway", "gw.event")
+        _emit(url, events, "gw.event")
+        with Workers(url, 2, {}, drain=False) as procs:
+            start = time.monotonic()
+            time.sleep(seconds)
+            procs.wait(terminate=True)
+            counters = procs.counters()
+        hits = [h for h in rx.hits if start + 10 <= h.at < start + seconds]
+    ok = [h for h in hits if h.status == 200]
+    return {"events": events, "seconds": seconds,
+            "after_10s_429_share": sum(h.status == 429 for h in hits) / max(len(hits), 1),
+            "after_10s_delivered_per_s": len(ok) / (seconds - 10),
+            "first_10s_429s": sum(h.status == 429 for h in rx.hits if h.at < start + 10),
+            "worker_counters": counters}
+
+
+def _peak_rss_mb(pids: set[int]) -> dict[int, float]:
+    out = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        out[pid] = int(line.split()[1]) / 1024
+        except OSError:
+            pass
+    return out
+
+
+def slow(endpoints: int, events: int, concurrencies: tuple[int, ...]) -> Results:
+    """``endpoints`` endpoints answering after 250 ms, two workers, per concurrency."""
+    res: Results = {"endpoints": endpoints, "events": events}
+    for conc in concurrencies:
+        with scratch_database() as url, Sink() as sink:
+            with psycopg.connect(url, autocommit=True) as c:
+                for i in range(endpoints):
+                    ep.add(c, f"{sink.url}/slow{i}", schema=SCHEMA)
+            per = max(events // endpoints, 1)
+            _emit(url, per, "slow.event")  # every endpoint gets every event
+            total = per * endpoints
+            with Workers(url, 2, {"OUTBOX_CONCURRENCY": str(conc)}, drain=True) as procs, \
+                    psycopg.connect(url, autocommit=True) as c:
+                start, peak = time.monotonic(), {}
+                while True:
+                    row = c.execute(f"SELECT count(*) FROM {SCHEMA}.deliveries"
+                                    " WHERE state = 'delivered'").fetchone()
+                    peak.update(_peak_rss_mb(procs.pids()))
+                    if (row and row[0] >= total) or time.monotonic() - start > 300:
+                        break
+                    time.sleep(0.5)
+                elapsed = time.monotonic() - start
+                procs.wait(timeout=60)  # --drain: they exit by themselves
+        res[str(conc)] = {"deliveries_per_s_per_process": total / elapsed / 2,
+                          "peak_rss_mb": max(peak.values(), default=0.0),
+                          "seconds": round(elapsed, 1)}
+    return res
+
+
+SECTIONS = ("hot", "peer_post", "peer_noop", "limit50", "gateway", "slow")
+
+
+def run(events: int = 10_000, rounds: int = 2, seconds: float = 20.0,
+        only: tuple[str, ...] = SECTIONS, out: Any = sys.stderr) -> Results:
+    res: Results = {}
+    for name in only:
+        print(f"[bench.flow] {name} ...", file=out, flush=True)
+        if name == "hot":
+            res[name] = hot(events, rounds)
+        elif name == "peer_post":
+            res[name] = peer_post(events, rounds)
+        elif name == "peer_noop":  # the floor (python -m bench runs it as "pgqueuer")
+            from bench import peer
+            res[name] = peer.pgqueuer_runs(events, rounds)
+        elif name == "limit50":
+            res[name] = limit50(seconds)
+        elif name == "gateway":
+            res[name] = gateway()
+        elif name == "slow":
+            res[name] = slow(1000, 50_000, (100, 500, 1000))
+        print(f"[bench.flow] {name}: {res[name]}", file=out, flush=True)
+    return res
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.flow")
+    parser.add_argument("--events", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--only", default=",".join(SECTIONS))
+    args = parser.parse_args()
+    only = tuple(n for n in args.only.split(",") if n)
+    emit_json("flow", run(args.events, args.rounds, args.seconds, only))
+
+
+if __name__ == "__main__":
+    main()

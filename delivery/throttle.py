@@ -1,0 +1,115 @@
+"""Adaptive throttling: an endpoint that answers 429 or 503, or times out, is slowed down
+for every worker; ``Retry-After`` pauses it as a whole.
+
+The state lives in the endpoint's ``endpoint_flow`` row (migrations/0008_flow_control.sql),
+which every claim reads (delivery/queries.py BUDGET), so one process's signal slows all
+processes and hosts at their next claim. Pure bookkeeping here; the worker runs the
+statement (:data:`outbox.delivery.queries.THROTTLE`) as a side task.
+
+AIMD, as TCP's congestion control: a signal multiplies the endpoint's allowed rate by
+``DECREASE`` (0.7) once per congestion event, however many processes and requests report
+it: only an answer to a request sent after the last cut cuts again (the others were
+already under way), as TCP cuts once per window; the rate then grows back linearly by
+``INCREASE`` (10%) of the rate it was cut to, each second without another cut.
+Multiplicative decrease gets under an unknown receiver limit in a few rounds from any
+start (0.7^n); additive increase probes back up gently, so the rate saws between 70%
+and 100% of what the receiver takes (about 85% on average, a cut every ~4 s). A
+fixed ``rate_limit`` is the ceiling. 60 s without a signal and the adaptive rate no longer
+applies (the endpoint is unthrottled). The first cut starts from the rate this process saw
+in its last second (the others' share is unknown here): at worst low, and growing back.
+
+Which answers count: a 429 always; 503s and timeouts once they are at least half of
+this process's answers from the endpoint over about two seconds (:func:`is_throttle`).
+A signal is sent at most every ``SIGNAL_SECONDS`` per endpoint and process, except a longer
+``Retry-After`` pause than the one already sent.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from uuid import UUID
+
+from outbox.delivery.outcome import AttemptResult
+
+DECREASE = 0.7
+INCREASE = 0.10
+SIGNAL_SECONDS = 0.5
+PUSH_PAUSE_SECONDS = 5.0  # pauses this long also push the rows (idle workers then sleep)
+THROTTLE_STATUSES = frozenset({429, 503})
+MIN_OVERLOAD = 5  # 503s/timeouts in the window before they count as overload
+
+
+@dataclass(slots=True)
+class _Seen:
+    second: int = 0
+    count: int = 0
+    bad: int = 0  # 503s and timeouts this second
+    last_count: int = 0
+    last_bad: int = 0
+    signalled_at: float = -1e9
+    paused_until: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """What to tell the database: cut the rate (from ``observed`` req/s if it has no
+    adaptive rate yet) and pause for ``pause`` seconds (0: no pause)."""
+
+    endpoint_id: UUID
+    observed: float
+    pause: float
+    sent_at: float = 0.0  # time.time() when the answered request was sent
+
+
+def is_throttle(result: AttemptResult) -> bool:
+    """A 429, a 503 or a timeout: the receiver may be overloaded or limiting us. A 429 (or
+    a 503 with Retry-After) always slows the endpoint down; other 503s and timeouts do
+    when they are at least half of this process's answers from it in the current and the
+    previous second, and at least MIN_OVERLOAD of them: an endpoint that fails one request
+    in five is flaky, not overloaded, and its failures are retried (and counted by the
+    circuit breaker), not throttled."""
+    return result.status_code in THROTTLE_STATUSES or result.error_class == "timeout"
+
+
+class Throttle:
+    """Per-process rate observation and signal debouncing."""
+
+    def __init__(self, *, pause_max: float, clock: Callable[[], float] = time.monotonic):
+        self._pause_max = pause_max
+        self._clock = clock
+        self._seen: dict[UUID, _Seen] = {}
+
+    def observe(self, endpoint: UUID, result: AttemptResult,
+                sent_at: float = 0.0) -> Signal | None:
+        """Count one attempt (sent at ``sent_at``, ``time.time()``); the signal to send if
+        it was a throttling answer."""
+        now = self._clock()
+        seen = self._seen.get(endpoint)
+        if seen is None:
+            seen = self._seen[endpoint] = _Seen()
+        second = int(now)
+        if second != seen.second:
+            recent = second == seen.second + 1
+            seen.last_count, seen.last_bad = (seen.count, seen.bad) if recent else (0, 0)
+            seen.second, seen.count, seen.bad = second, 0, 0
+        seen.count += 1
+        if not is_throttle(result):
+            return None
+        after = result.retry_after_seconds
+        pause = 0.0
+        if after is not None and after > 0 and result.status_code in THROTTLE_STATUSES:
+            pause = min(after, self._pause_max)  # (NaN fails "> 0")
+        if result.status_code != 429 and not pause:  # overload only if most answers are
+            seen.bad += 1
+            bad, count = seen.bad + seen.last_bad, seen.count + seen.last_count
+            if bad < MIN_OVERLOAD or 2 * bad < count:
+                return None
+        longer_pause = pause > 0 and now + pause > seen.paused_until + 0.05
+        if now - seen.signalled_at < SIGNAL_SECONDS and not longer_pause:
+            return None
+        seen.signalled_at = now
+        if pause:
+            seen.paused_until = max(seen.paused_until, now + pause)
+        return Signal(endpoint, float(max(seen.last_count, seen.count, 1)), pause, sent_at)

@@ -1,0 +1,135 @@
+"""The claim's per-endpoint budgets: free slots of this process, and the send tokens of a
+rate-limited endpoint shared by every claim (delivery/queries.py BUDGET)."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from typing import Any
+
+import psycopg
+
+from outbox._db.connection import render
+from outbox.delivery import queries
+from tests.support.pg import SCHEMA, UNBUDGETED
+from tests.support.workers import add_endpoint
+
+CLAIM = render(queries.CLAIM, SCHEMA).encode()
+ENDPOINT_COLUMN = 7
+
+
+def _due(c: psycopg.Connection[Any], endpoint: uuid.UUID, n: int) -> None:
+    c.execute("""
+        WITH ev AS (INSERT INTO outbox.events (id, type, payload)
+                    SELECT gen_random_uuid(), 'x', '{}' FROM generate_series(1, %(n)s)
+                    RETURNING id)
+        INSERT INTO outbox.deliveries (event_id, endpoint_id, visible_at)
+        SELECT id, %(ep)s, now() - interval '1 second' FROM ev""", {"n": n, "ep": endpoint})
+
+
+def _claim(c: psycopg.Connection[Any], limit: int, **budget: Any) -> Counter[Any]:
+    params = {"limit": limit, "lease": 30.0, "token": uuid.uuid4(), **UNBUDGETED, **budget}
+    return Counter(r[ENDPOINT_COLUMN] for r in c.execute(CLAIM, params).fetchall())
+
+
+def test_the_claim_takes_no_more_than_the_free_slots(db_url: str) -> None:
+    """Cap 25 (the default cap passed), 10 in flight here: 15 of the hot endpoint, and the
+    FIFO fill does not add more of it; another endpoint's cap is its own."""
+    hot = add_endpoint(db_url, "http://127.0.0.1:9/hot")
+    capped = add_endpoint(db_url, "http://127.0.0.1:9/capped", max_in_flight=3)
+    with psycopg.connect(db_url, autocommit=True) as c:
+        _due(c, hot, 200)
+        _due(c, capped, 50)
+        got = _claim(c, 100, default_cap=25, used_ids=[hot], used_counts=[10])
+        assert got == {hot: 15, capped: 3}
+        # at its cap here: none of it, whatever the limit
+        assert _claim(c, 100, default_cap=25, used_ids=[hot, capped],
+                      used_counts=[25, 1 << 30]) == {}
+
+
+def test_a_rate_limit_is_shared_by_every_claim(db_url: str) -> None:
+    """10/s, burst 10: the first claim takes the burst, the next ones (other connections:
+    other processes) only what refilled since; a claim that finds the bucket locked by an
+    open claim takes nothing of the endpoint, and the unlimited endpoint is unaffected."""
+    limited = add_endpoint(db_url, "http://127.0.0.1:9/limited", rate_limit=10,
+                           rate_burst=10)
+    free = add_endpoint(db_url, "http://127.0.0.1:9/free")
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("UPDATE outbox.endpoint_flow SET refilled_at = now() - interval '1 hour'")
+        _due(c, limited, 100)
+        _due(c, free, 100)
+    with psycopg.connect(db_url) as one, psycopg.connect(db_url, autocommit=True) as two:
+        first = _claim(one, 50)  # open transaction: holds the bucket's row
+        second = _claim(two, 50)
+        one.commit()
+        third = _claim(two, 50)
+    assert first[limited] == 10
+    assert second[limited] == 0 and second[free] > 0
+    assert third[limited] <= 1  # refilled at 10/s for the few ms since
+    with psycopg.connect(db_url) as c:
+        (tokens,), = c.execute("SELECT tokens FROM outbox.endpoint_flow WHERE endpoint_id"
+                               " = %s", (limited,)).fetchall()
+    assert 0 <= tokens < 1
+
+
+def test_a_paused_endpoint_is_not_claimed(db_url: str) -> None:
+    paused = add_endpoint(db_url, "http://127.0.0.1:9/paused")
+    with psycopg.connect(db_url, autocommit=True) as c:
+        _due(c, paused, 10)
+        c.execute("UPDATE outbox.endpoint_flow SET paused_until = now() + interval '1 minute'")
+        assert _claim(c, 10) == {}
+        c.execute("UPDATE outbox.endpoint_flow SET paused_until = now()")
+        assert _claim(c, 10) == {paused: 10}
+
+
+def test_throttle_cuts_once_per_congestion_event(db_url: str) -> None:
+    """A 429 cuts the rate to 0.7x; another 429 answering a request sent before that cut
+    (already under way) does not cut again; one sent after it does. A Retry-After pause
+    empties the bucket until the pause's end."""
+    import time
+
+    from outbox.delivery.throttle import DECREASE, INCREASE
+
+    endpoint = add_endpoint(db_url, "http://127.0.0.1:9/gw", rate_limit=100)
+    sql = render(queries.THROTTLE, SCHEMA).encode()
+
+    def throttle(c: psycopg.Connection[Any], sent_at: float, pause: float = 0.0) -> int:
+        return c.execute(sql, {"endpoint": endpoint, "observed": 500.0, "pause": pause,
+                               "sent_at": sent_at, "decrease": DECREASE,
+                               "increase": INCREASE}).rowcount
+
+    def state(c: psycopg.Connection[Any]) -> tuple[Any, ...]:
+        row = c.execute("SELECT adaptive_rate, throttled_total, paused_until > now(), tokens"
+                        " FROM outbox.endpoint_flow WHERE endpoint_id = %s",
+                        (endpoint,)).fetchone()
+        assert row is not None
+        return tuple(row)
+
+    with psycopg.connect(db_url, autocommit=True) as c:
+        before = time.time() - 5
+        assert throttle(c, before) == 1
+        assert state(c)[:2] == (70.0, 1)  # 0.7 x the fixed limit in force
+        c.execute("UPDATE outbox.endpoint_flow SET decreased_at = now() - interval '1 s'")
+        assert throttle(c, before) == 0  # sent before the cut: same congestion event
+        assert state(c)[:2] == (70.0, 1)
+        assert throttle(c, time.time() + 1, pause=2.0) == 1
+        rate, total, paused, tokens = state(c)
+        assert rate < 70.0  # cut again: 0.7 x (70 grown for about a second)
+        assert total == 2 and paused and tokens == 0
+
+
+def test_flow_gauges_list_only_flow_controlled_endpoints(db_url: str) -> None:
+    """The allowed-rate gauge's query: a fixed limit, a throttled endpoint (its adaptive
+    rate), a paused one (-1); an unlimited, unthrottled endpoint is not listed."""
+    limited = add_endpoint(db_url, "http://127.0.0.1:9/limited", rate_limit=30)
+    throttled = add_endpoint(db_url, "http://127.0.0.1:9/throttled")
+    paused = add_endpoint(db_url, "http://127.0.0.1:9/paused")
+    add_endpoint(db_url, "http://127.0.0.1:9/free")
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("UPDATE outbox.endpoint_flow SET adaptive_rate = 12, decreased_at = now()"
+                  " WHERE endpoint_id = %s", (throttled,))
+        c.execute("UPDATE outbox.endpoint_flow SET paused_until = now() + interval '1 min'"
+                  " WHERE endpoint_id = %s", (paused,))
+        got: dict[Any, Any] = dict(
+            c.execute(render(queries.FLOW_GAUGES, SCHEMA).encode()).fetchall())
+    assert got == {limited: 30.0, throttled: 12.0, paused: -1}
