@@ -23,6 +23,9 @@ Label cardinality is bounded: ``endpoint`` is the endpoint id (never the URL), a
     outbox_in_flight                             gauge: requests in flight here
     outbox_claimed_per_poll                      histogram of rows per claim
     outbox_database_errors_total                 counter of failed database calls
+    outbox_poisoned_total                        counter of deliveries dead-lettered
+                                                 because their result could not be
+                                                 written or their job not run (poison)
 """
 
 from __future__ import annotations
@@ -81,6 +84,9 @@ class Metrics:
                                           registry=r)
         self.database_errors = Counter("outbox_database_errors", "Failed database calls",
                                        registry=r)
+        self.poisoned = Counter("outbox_poisoned",
+                                "Deliveries dead-lettered: result not recordable (poison)",
+                                registry=r)
 
     def endpoint(self, endpoint_id: object) -> str:
         """The label for an endpoint id, or ``other`` past the cardinality cap."""

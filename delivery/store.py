@@ -29,6 +29,11 @@ from outbox.secretbox import SecretBox
 log = logging.getLogger("outbox.worker")
 T = TypeVar("T")
 
+# Errors a statement raises because of the values of some rows (SQLSTATE classes 22 and
+# 23: out-of-range numbers or times, invalid text, constraint violations), as opposed to
+# the connection or the schema: a batch failing with one is split to find the rows.
+ROW_ERRORS = (psycopg.errors.DataError, psycopg.errors.IntegrityError)
+
 _JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
 _SECRET = _JOB_FIELDS.index("secret")  # previous_secret follows it
 assert _JOB_FIELDS[_SECRET + 1] == "previous_secret"
@@ -110,6 +115,7 @@ class Store:
         self.settings = settings
         self._claim_sql = render(queries.CLAIM, settings.schema_name)
         self._complete_sql = render(queries.COMPLETE, settings.schema_name)
+        self._quarantine_sql = render(queries.QUARANTINE, settings.schema_name)
         self._any_due_sql = render(queries.ANY_DUE, settings.schema_name)
         self._next_due_sql = render(queries.NEXT_DUE, settings.schema_name)
         self.pool = AsyncConnectionPool(
@@ -125,6 +131,7 @@ class Store:
         )
         self.stopping: Callable[[], bool] = lambda: False
         self.on_error: Callable[[], None] = lambda: None
+        self.on_poison: Callable[[Completion], None] = lambda c: None
         self.healthy = True  # False from a failed call until the next success
         self._backlog_sql = render(queries.BACKLOG, settings.schema_name)
         self._push_sql = render(queries.PUSH_ENDPOINT, settings.schema_name)
@@ -203,16 +210,63 @@ class Store:
         return await self._retrying(op)
 
     async def complete(self, done: Sequence[Completion]) -> int:
-        """Record ``done`` in one statement; returns how many were not fenced out."""
-        params = _completion_params(done, self.settings.worker_id)
+        """Record ``done`` in one statement; returns how many were not fenced out.
 
+        Poison isolation: if the statement fails on the data of some rows (a
+        :data:`ROW_ERRORS` error, e.g. a retry delay overflowing a timestamp), the batch is
+        split in halves and each half written on its own, down to the offending rows,
+        which are dead-lettered with the database's error (:meth:`_quarantine`). The
+        others are recorded once, as if nothing happened. The common path is one
+        statement; the split costs O(poison rows x log2(batch)) statements, on failure
+        only."""
         async def op() -> int:
             async with self.pool.connection() as conn:
-                cur = await conn.execute(self._complete_sql, params)
-                row = await cur.fetchone()
-                return int(row[0]) if row else 0
+                return await self._complete_on(conn, done)
 
         return await self._retrying(op)
+
+    async def _complete_on(self, conn: psycopg.AsyncConnection[Any],
+                           done: Sequence[Completion]) -> int:
+        params = _completion_params(done, self.settings.worker_id)
+        try:
+            cur = await conn.execute(self._complete_sql, params)
+        except ROW_ERRORS as exc:
+            return await self._split(conn, done, exc)
+        row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+    async def _split(self, conn: psycopg.AsyncConnection[Any], done: Sequence[Completion],
+                     exc: psycopg.Error) -> int:
+        """``done`` failed with ``exc``: a lone row is the poison, else write each half."""
+        if len(done) == 1:
+            return await self._quarantine(conn, done[0], exc)
+        mid = len(done) // 2
+        return (await self._complete_on(conn, done[:mid])
+                + await self._complete_on(conn, done[mid:]))
+
+    async def _quarantine(self, conn: psycopg.AsyncConnection[Any], c: Completion,
+                          exc: psycopg.Error) -> int:
+        """Dead-letter the delivery of ``c``, whose completion alone fails with ``exc``;
+        logged once and counted (``on_poison``). If even that write fails on its data, the
+        row is left to its lease (logged)."""
+        reason = _first_line(exc)
+        error = _clean(f"result not recordable ({reason}); attempt {c.attempt}: "
+                       f"{c.outcome}{f' ({c.error})' if c.error else ''}")
+        params = {"id": c.delivery_id, "token": c.token, "status": c.status, "error": error,
+                  "attempt": c.attempt, "duration": c.duration_ms,
+                  "worker": self.settings.worker_id}
+        try:
+            row = await (await conn.execute(self._quarantine_sql, params)).fetchone()
+        except ROW_ERRORS as again:
+            log.error("delivery %d: result not recordable (%s) nor quarantinable (%s): left"
+                      " to its lease", c.delivery_id, reason, _first_line(again))
+            self.on_poison(c)
+            return 0
+        log.error("delivery %d dead-lettered: its result is not recordable (%s); the rest of"
+                  " its batch was recorded", c.delivery_id, reason,
+                  extra={"delivery_id": c.delivery_id, "error": error})
+        self.on_poison(c)
+        return int(row[0]) if row else 0
 
     async def push_endpoint(self, endpoint_id: uuid.UUID, seconds: float) -> int:
         """Hide an endpoint's pending deliveries for ``seconds`` (circuit breaker)."""

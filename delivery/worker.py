@@ -36,7 +36,7 @@ from outbox.delivery.fairness import EndpointGate, HeldJobs
 from outbox.delivery.jobs import Completion, Job
 from outbox.delivery.metrics import Metrics
 from outbox.delivery.outcome import Verdict
-from outbox.delivery.policy import decide, defer, park
+from outbox.delivery.policy import decide, defer, park, poisoned
 from outbox.delivery.request import send_job
 from outbox.delivery.retention_task import prune_loop
 from outbox.delivery.sender import Transport
@@ -64,6 +64,7 @@ class Worker:
         self._stopped = asyncio.Event()
         self.store.stopping = self._stopped.is_set
         self.store.on_error = self.metrics.database_errors.inc
+        self.store.on_poison = lambda _c: self.metrics.poisoned.inc()
         self._inflight: set[asyncio.Task[None]] = set()
         self._side_tasks: set[asyncio.Task[int]] = set()
         self._deferred_at = -1e9
@@ -258,9 +259,22 @@ class Worker:
                 task.add_done_callback(self._side_tasks.discard)
 
     async def _attempt(self, job: Job) -> bool:
-        """Send one delivery and queue its completion; True if the endpoint failed."""
-        result = await send_job(self.transport, job, self.settings, timestamp=int(time.time()))
-        done = decide(job, result, self.settings)
+        """Send one delivery and queue its completion; True if the endpoint failed.
+
+        A job that cannot even be attempted (an unexpected error building or classifying
+        its request, e.g. stored headers that are not a mapping) is dead-lettered with
+        that error (:func:`~.policy.poisoned`): never left to its lease, to fail again."""
+        try:
+            result = await send_job(self.transport, job, self.settings,
+                                    timestamp=int(time.time()))
+            done = decide(job, result, self.settings)
+        except Exception as exc:  # isolated: this job only
+            log.exception("delivery %d dead-lettered: it could not be attempted",
+                          job.delivery_id, extra={"delivery_id": job.delivery_id,
+                                                  "endpoint_id": str(job.endpoint_id)})
+            self.metrics.poisoned.inc()
+            self._record(poisoned(job, exc))
+            return False
         self.metrics.attempted(job, done)
         # delivered at DEBUG: one line per success costs ~7% of a worker's CPU (bench/)
         level = logging.DEBUG if done.state == "delivered" else logging.INFO
