@@ -14,7 +14,6 @@ New and re-enabled endpoints receive events emitted after their commit, never ea
 from __future__ import annotations
 
 import datetime as dt
-import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from psycopg.types.json import Jsonb
 
 from outbox import queries
 from outbox.db import render, translated
+from outbox.endpoint_options import EndpointOptions, check_headers
 from outbox.errors import EndpointNotFound, InvalidEndpoint, OperationRefused
 from outbox.event import new_id
 from outbox.routing import validate_filters, validate_scope
@@ -36,11 +36,6 @@ from outbox.signing import decode_secret, generate_secret
 from outbox.ssrf import ALLOW_SETTING, BlockedAddress, IPNetwork, ResolutionFailed, check_url_sync
 
 URL_MAX_LENGTH = 2048
-_HEADER_NAME_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$")
-_RESERVED_HEADERS = frozenset(
-    {"host", "content-length", "content-type", "content-encoding", "transfer-encoding",
-     "connection", "idempotency-key", "user-agent", "traceparent"}
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,18 +137,24 @@ def validate_text(name: str, value: str | None, *, max_length: int = 1000) -> st
 
 
 def validate_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
-    """Custom headers sent with every delivery; reserved and malformed ones are refused."""
-    out: dict[str, str] = {}
-    for name, value in (headers or {}).items():
-        if not _HEADER_NAME_RE.match(name):
-            raise InvalidEndpoint(f"header name {name!r} is not a valid HTTP token")
-        lowered = name.lower()
-        if lowered in _RESERVED_HEADERS or lowered.startswith("webhook-"):
-            raise InvalidEndpoint(f"header {name!r} is set by outbox and cannot be overridden")
-        if any(c in value for c in "\r\n\0") or len(value) > 4096:
-            raise InvalidEndpoint(f"header {name!r} has a control character or is too long")
-        out[name] = value
-    return out
+    """Custom headers sent with every delivery; reserved and malformed ones are refused
+    (the rules: :func:`outbox.endpoint_options.check_headers`)."""
+    try:
+        return check_headers(headers)
+    except ValueError as exc:
+        raise InvalidEndpoint(str(exc)) from None
+
+
+def validate_options(options: EndpointOptions | None = None, **values: Any) -> dict[str, Any]:
+    """Every :class:`~outbox.endpoint_options.EndpointOptions` field as a SQL parameter:
+    ``options``' values, overridden by the ``values`` that are not ``None``; refused with
+    :class:`InvalidEndpoint` naming each bad one (a NaN, an infinity, out of range)."""
+    merged = options.given() if options is not None else {}
+    merged.update({k: v for k, v in values.items() if v is not None})
+    try:
+        return EndpointOptions.checked(merged).model_dump()
+    except ValueError as exc:
+        raise InvalidEndpoint(str(exc)) from None
 
 
 def check_destination(url: str, allow_networks: Sequence[IPNetwork]) -> tuple[str, ...]:
@@ -199,6 +200,7 @@ def add(
     ordered: bool = False,
     allow_networks: Sequence[IPNetwork] | None = None,
     box: SecretBox | None = None,
+    options: EndpointOptions | None = None,
 ) -> Created:
     """Register an endpoint. Without ``secret`` one is generated and returned once.
 
@@ -211,6 +213,8 @@ def add(
     With ``allow_networks`` the URL also passes :func:`check_destination` first
     (``None``, the library default, skips that check; the CLI always passes it).
     The secret is stored sealed by ``box`` (default: ``OUTBOX_SECRET_KEY``'s).
+    The delivery options (``max_attempts`` ... ``max_in_flight``) may also come as
+    ``options``; keyword arguments given win. Their ranges: :mod:`outbox.endpoint_options`.
     """
     validate_url(url)
     params = {
@@ -221,11 +225,10 @@ def add(
         "all_tenants": bool(all_tenants),
         "event_types": validate_filters(event_types),
         "headers": Jsonb(validate_headers(headers)),
-        "max_attempts": _positive("max_attempts", max_attempts, upper=100),
-        "retry_base_seconds": _positive("retry_base_seconds", retry_base_seconds),
-        "retry_cap_seconds": _positive("retry_cap_seconds", retry_cap_seconds),
-        "timeout_seconds": _positive("timeout_seconds", timeout_seconds),
-        "max_in_flight": _positive("max_in_flight", max_in_flight),
+        **validate_options(options, max_attempts=max_attempts,
+                           retry_base_seconds=retry_base_seconds,
+                           retry_cap_seconds=retry_cap_seconds,
+                           timeout_seconds=timeout_seconds, max_in_flight=max_in_flight),
         "ordered": _flag("ordered", ordered),
     }
     generated = secret is None
@@ -238,15 +241,6 @@ def add(
         row = cur.fetchone()
     assert row is not None
     return Created(row, the_secret if generated else None, warnings)
-
-
-def _positive(name: str, value: float | None, upper: float | None = None) -> Any:
-    if value is None:
-        return None
-    if value <= 0 or (upper is not None and value > upper):
-        bound = f" and at most {upper:g}" if upper is not None else ""
-        raise InvalidEndpoint(f"{name} must be positive{bound}, got {value}")
-    return value
 
 
 def _flag(name: str, value: bool | None) -> bool | None:
@@ -325,8 +319,10 @@ def update(
     retry_base_seconds: float | None = None,
     retry_cap_seconds: float | None = None,
     timeout_seconds: float | None = None,
+    max_in_flight: int | None = None,
     ordered: bool | None = None,
     allow_networks: Sequence[IPNetwork] | None = None,
+    options: EndpointOptions | None = None,
 ) -> Updated:
     """Change an endpoint in one statement; ``None`` leaves a field as it is.
 
@@ -336,7 +332,8 @@ def update(
     dropping those if ``clear_headers``. A new ``url`` also applies to pending deliveries.
     ``ordered`` applies to events emitted after the commit: turned on, a key's events
     emitted earlier are not ordered with the later ones; turned off, the deliveries already
-    queued behind a key's head still go one at a time, in order.
+    queued behind a key's head still go one at a time, in order. ``options``: as for
+    :func:`add` (its unset fields are unchanged).
     """
     eid = parse_id(endpoint_id)
     if event_types and all_event_types:
@@ -348,10 +345,10 @@ def update(
         "set_types": bool(event_types) or all_event_types,
         "event_types": validate_filters(event_types),
         "headers": Jsonb(validate_headers(headers)), "clear_headers": clear_headers,
-        "max_attempts": _positive("max_attempts", max_attempts, upper=100),
-        "retry_base_seconds": _positive("retry_base_seconds", retry_base_seconds),
-        "retry_cap_seconds": _positive("retry_cap_seconds", retry_cap_seconds),
-        "timeout_seconds": _positive("timeout_seconds", timeout_seconds),
+        **validate_options(options, max_attempts=max_attempts,
+                           retry_base_seconds=retry_base_seconds,
+                           retry_cap_seconds=retry_cap_seconds,
+                           timeout_seconds=timeout_seconds, max_in_flight=max_in_flight),
         "ordered": _flag("ordered", ordered),
     }
     warnings: tuple[str, ...] = ()

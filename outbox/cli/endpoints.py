@@ -11,7 +11,7 @@ import click
 from outbox import endpoints as ep
 from outbox.cli import Context, cli, pass_ctx
 from outbox.cli.output import print_table
-from outbox.cli.params import delivery_options, tenant_option
+from outbox.cli.params import delivery_options, endpoint_options, tenant_option
 
 
 def parse_headers(values: tuple[str, ...]) -> dict[str, str]:
@@ -70,11 +70,9 @@ def endpoints() -> None:
                    "after the previous one is delivered (README: Ordered delivery).")
 @delivery_options
 @pass_ctx
-def add(ctx: Context, url: str, event_types: tuple[str, ...], tenant: str | None,
+def add(ctx: Context, /, url: str, event_types: tuple[str, ...], tenant: str | None,
         all_tenants: bool, secret: str | None,
-        headers: tuple[str, ...], description: str, ordered: bool, max_attempts: int | None,
-        retry_base_seconds: float | None, retry_cap_seconds: float | None,
-        timeout_seconds: float | None) -> None:
+        headers: tuple[str, ...], description: str, ordered: bool, **options: Any) -> None:
     """Register URL; print its id and, if generated, its secret (shown only once).
 
     The URL's host is resolved now and refused if any of its addresses is loopback,
@@ -99,10 +97,8 @@ def add(ctx: Context, url: str, event_types: tuple[str, ...], tenant: str | None
         created = ep.add(
             conn, url, schema=ctx.schema, event_types=event_types or None, tenant=tenant,
             all_tenants=all_tenants, secret=secret,
-            headers=parsed, description=description, max_attempts=max_attempts,
-            retry_base_seconds=retry_base_seconds, retry_cap_seconds=retry_cap_seconds,
-            timeout_seconds=timeout_seconds, ordered=ordered,
-            allow_networks=ctx.allow_networks(),
+            headers=parsed, description=description, options=endpoint_options(options),
+            ordered=ordered, allow_networks=ctx.allow_networks(),
         )
     print_warnings(created.warnings)
     click.echo(f"id:     {created.endpoint.id}")

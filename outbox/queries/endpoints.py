@@ -68,6 +68,7 @@ UPDATE {schema}.endpoints
        retry_base_seconds = COALESCE(%(retry_base_seconds)s::float8, retry_base_seconds),
        retry_cap_seconds = COALESCE(%(retry_cap_seconds)s::float8, retry_cap_seconds),
        timeout_seconds = COALESCE(%(timeout_seconds)s::float8, timeout_seconds),
+       max_in_flight = COALESCE(%(max_in_flight)s::integer, max_in_flight),
        ordered = COALESCE(%(ordered)s::boolean, ordered),
        updated_at = now()
  WHERE id = %(id)s

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from outbox import errors
+from outbox.endpoint_options import EndpointOptions
 from outbox.events import EventNotFound
 from outbox.portal import InvalidToken
 
@@ -85,11 +86,23 @@ async def _outbox_error(request: Request, exc: Exception) -> Response:
     return error_response(400, "refused", str(exc))
 
 
+# Body fields defined by outbox.endpoint_options: refused as the library refuses them
+_ENDPOINT_FIELDS = frozenset({*EndpointOptions.model_fields, "headers"})
+
+
 async def _validation(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
     first: dict[str, Any] = exc.errors()[0] if exc.errors() else {}
-    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-    return error_response(422, "invalid_request", f"{where or 'request'}: {first.get('msg')}")
+    loc = tuple(first.get("loc", ()))
+    where = ".".join(str(p) for p in loc if p != "body")
+    code, shown = "invalid_request", ""
+    if (len(loc) >= 2 and loc[0] == "body" and loc[1] in _ENDPOINT_FIELDS
+            and first.get("type") != "extra_forbidden"):
+        code = "invalid_endpoint"
+        got = first.get("input")
+        if loc[1] != "headers" and isinstance(got, int | float):  # never echo text back
+            shown = f" (got {got!r})"
+    return error_response(422, code, f"{where or 'request'}: {first.get('msg')}{shown}")
 
 
 async def _http(request: Request, exc: Exception) -> Response:

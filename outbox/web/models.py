@@ -8,8 +8,10 @@ from typing import Annotated
 from fastapi import Body
 from pydantic import BaseModel, ConfigDict, Field
 
+from outbox.endpoint_options import EndpointOptions, Headers
+
 _Types = list[str] | None
-_Headers = dict[str, str] | None
+_Headers = Headers | None
 
 
 class Strict(BaseModel):
@@ -26,16 +28,17 @@ class PortalEndpointIn(Strict):
     secret: str | None = Field(default=None, max_length=200)
 
 
-class EndpointIn(PortalEndpointIn):
-    """``POST /api/endpoints``: as ``outbox endpoints add``."""
+def options_of(body: BaseModel) -> EndpointOptions:
+    """The :class:`~outbox.endpoint_options.EndpointOptions` fields of a request body."""
+    return EndpointOptions(**body.model_dump(include=set(EndpointOptions.model_fields)))
+
+
+class EndpointIn(PortalEndpointIn, EndpointOptions):
+    """``POST /api/endpoints``: as ``outbox endpoints add`` (the delivery options are
+    :class:`~outbox.endpoint_options.EndpointOptions`'s, ranges included)."""
 
     tenant: str | None = None
     all_tenants: bool = False
-    max_attempts: int | None = None
-    retry_base_seconds: float | None = None
-    retry_cap_seconds: float | None = None
-    timeout_seconds: float | None = None
-    max_in_flight: int | None = None
 
 
 class PortalEndpointPatch(Strict):
@@ -49,13 +52,8 @@ class PortalEndpointPatch(Strict):
     description: str | None = Field(default=None, max_length=1000)
 
 
-class EndpointPatch(PortalEndpointPatch):
+class EndpointPatch(PortalEndpointPatch, EndpointOptions):
     """``PATCH /api/endpoints/{id}``: as ``outbox endpoints update``."""
-
-    max_attempts: int | None = None
-    retry_base_seconds: float | None = None
-    retry_cap_seconds: float | None = None
-    timeout_seconds: float | None = None
 
 
 class DisableIn(Strict):

@@ -38,7 +38,7 @@ def _force(db_url: str, sql: str, endpoint: uuid.UUID) -> None:
     with psycopg.connect(db_url, autocommit=True) as c:
         # the bounds a database written before them may lack (migrations/0007_bounds.sql)
         for name in ("endpoints_retry_base_bounds", "endpoints_retry_cap_bounds",
-                     "endpoints_headers_object"):
+                     "endpoints_headers_valid"):
             c.execute(f"ALTER TABLE outbox.endpoints DROP CONSTRAINT IF EXISTS {name}".encode())
         c.execute(sql.encode(), (endpoint,))
 

@@ -22,7 +22,8 @@ def _tables(url: str, schema: str) -> set[str]:
     return {r[0] for r in rows}
 
 
-EXPECTED = {"endpoints", "events", "deliveries", "delivery_attempts", "schema_migrations"}
+EXPECTED = {"endpoints", "events", "deliveries", "delivery_attempts", "schema_migrations",
+            "endpoint_repairs"}
 
 
 def test_second_run_is_a_no_op(blank_db_url: str) -> None:
