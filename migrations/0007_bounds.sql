@@ -93,3 +93,12 @@ ALTER TABLE endpoints
     ADD CONSTRAINT endpoints_timeout_bounds CHECK (timeout_seconds BETWEEN 0.001 AND 3600),
     ADD CONSTRAINT endpoints_max_in_flight_bounds CHECK (max_in_flight BETWEEN 1 AND 10000),
     ADD CONSTRAINT endpoints_headers_valid CHECK (endpoint_headers_valid(headers));
+
+-- Web sessions ended before their cookie expires (`POST /logout`). A session cookie is
+-- signed, not stored, so it cannot be recalled: every cookie-authenticated request looks
+-- its session id up here (one primary-key probe) and is refused if found. A row is useless
+-- once the cookie it names has expired; each logout deletes those.
+CREATE TABLE web_sessions_revoked (
+    sid        text PRIMARY KEY CHECK (length(sid) BETWEEN 16 AND 64),
+    expires_at timestamptz NOT NULL
+);

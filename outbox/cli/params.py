@@ -102,9 +102,14 @@ def delivery_options(f: F) -> F:
         f = click.option(
             flag, limit["name"], type=OptionValue(limit["name"], limit["type"] == "integer"),
             default=None,
-            help=f"{limit['help']}: {limit['min']:g} to {limit['max']:g} "
+            help=f"{limit['help']}: {number(limit['min'])} to {number(limit['max'])} "
                  f"(default: {default}).")(f)
     return f
+
+
+def number(value: float) -> str:
+    """``2,592,000``, ``0.001``: a bound as people read it."""
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:g}"
 
 
 def endpoint_options(values: dict[str, Any]) -> EndpointOptions:

@@ -92,7 +92,7 @@ class SkipIn(Strict):
 
 class PortalLinkIn(Strict):
     """``POST /api/portal-links``: a link to ``tenant``'s portal, valid for ``expires``;
-    ``base_url`` defaults to the URL this request came in on."""
+    ``base_url`` defaults to ``OUTBOX_PUBLIC_URL``; without either it is refused (422)."""
 
     tenant: str
     expires: str = Field(default="1h", max_length=32)

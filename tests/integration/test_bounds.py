@@ -140,7 +140,7 @@ def test_cli_sets_max_in_flight_on_add_and_update(db_url: str) -> None:
     assert updated.exit_code == 0, updated.output
     assert rows(db_url, f"SELECT max_in_flight FROM {SCHEMA}.endpoints") == [(9,)]
     helped = invoke(db_url, "endpoints", "add", "--help")
-    assert "--max-in-flight" in helped.output and "1 to 10000" in helped.output
+    assert "--max-in-flight" in helped.output and "1 to 10,000" in helped.output
 
 
 BAD_ROWS = {

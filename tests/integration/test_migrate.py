@@ -23,7 +23,7 @@ def _tables(url: str, schema: str) -> set[str]:
 
 
 EXPECTED = {"endpoints", "events", "deliveries", "delivery_attempts", "schema_migrations",
-            "endpoint_repairs"}
+            "endpoint_repairs", "web_sessions_revoked"}
 
 
 def test_second_run_is_a_no_op(blank_db_url: str) -> None:
