@@ -23,7 +23,16 @@ from outbox.errors import OutboxError
 from outbox.migrate import available
 from outbox.portal import WebSettings, web_settings
 from outbox.settings import Settings
-from outbox.web import api_endpoints, api_ops, api_portal, auth, console, errors, portal_pages
+from outbox.web import (
+    api_endpoints,
+    api_ops,
+    api_portal,
+    auth,
+    console,
+    errors,
+    openapi,
+    portal_pages,
+)
 
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/login", "/logout", "/portal/enter",
                           "/api/openapi.json", "/api/docs"})
@@ -191,6 +200,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   docs_url=None, redoc_url=None)
     app.state.settings = web
     app.state.login_guard = auth.LoginGuard()
+    openapi.install(app)
     errors.install(app)
     api = APIRouter(prefix="/api")
     operator = [Depends(auth.require_operator), Depends(auth.verify_csrf)]

@@ -108,8 +108,25 @@ async def _validation(request: Request, exc: Exception) -> Response:
 async def _http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     code = _HTTP_CODES.get(exc.status_code, "error")
-    return error_response(exc.status_code, code, str(exc.detail),
-                          headers=dict(exc.headers or {}))
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:  # every method of the path, not the first route's alone
+        headers["Allow"] = ", ".join(allowed_methods(request))
+    return error_response(exc.status_code, code, str(exc.detail), headers=headers)
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """The methods some route of the app answers at this request's path."""
+    root = request.scope.get("root_path", "")
+    path = request.url.path[len(root):] if root else request.url.path
+    found: set[str] = set()
+    for route in request.app.router.routes:
+        contexts = getattr(route, "effective_route_contexts", None)
+        candidates = contexts() if contexts is not None else [route]
+        for ctx in candidates:
+            regex = getattr(ctx, "path_regex", None)
+            if regex is not None and regex.match(path):
+                found.update(getattr(ctx, "methods", None) or ())
+    return sorted(found)
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
