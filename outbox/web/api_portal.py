@@ -25,6 +25,7 @@ from outbox.web.auth import require_portal
 from outbox.web.deps import (
     AppSettings,
     Conn,
+    check_delivery_ids,
     duration,
     endpoint_json,
     listing,
@@ -182,6 +183,7 @@ def replay(body: PortalReplayIn, tenant: Tenant, conn: Conn,
     if bool(body.ids) + bool(body.endpoint) + body.all != 1:
         raise OperationRefused("give ids, endpoint or all (exactly one)")
     if body.ids:
+        check_delivery_ids(body.ids)
         owned = ev.owned_deliveries(conn, body.ids, schema=schema, owner=tenant)
         missing = sorted(set(body.ids) - owned)
         if missing:
@@ -218,6 +220,7 @@ def skip(body: PortalSkipIn, tenant: Tenant, conn: Conn, settings: AppSettings
     """Give up on dead deliveries to the tenant's endpoints that hold their ordering key:
     the key's next delivery goes out now (``POST /api/dead/skip``, scoped)."""
     schema = settings.schema_name
+    check_delivery_ids(body.ids)
     owned = ev.owned_deliveries(conn, body.ids, schema=schema, owner=tenant)
     missing = sorted(set(body.ids) - owned)
     if missing:

@@ -12,6 +12,9 @@ from outbox.endpoint_options import EndpointOptions, Headers
 
 _Types = list[str] | None
 _Headers = Headers | None
+# A delivery id (a bigint): the routes refuse others with 422 invalid_parameter
+# (outbox.web.deps.check_delivery_ids); the schema states the range.
+DeliveryId = Annotated[int, Field(json_schema_extra={"minimum": 1, "maximum": 2**63 - 1})]
 
 
 class Strict(BaseModel):
@@ -71,7 +74,7 @@ class ReplayIn(Strict):
     """``POST /api/dead/replay``: the selectors of ``outbox replay``. Without ``confirm``
     it is a dry run: what would be replayed, nothing changed."""
 
-    ids: list[int] = Field(default_factory=list, max_length=10000)
+    ids: list[DeliveryId] = Field(default_factory=list, max_length=10000)
     endpoint: str | None = Field(default=None, max_length=64)
     event_type: str | None = Field(default=None, max_length=128)
     since: str | None = Field(default=None, max_length=64)
@@ -86,7 +89,7 @@ class SkipIn(Strict):
     """``POST /api/dead/skip``: dead heads of ordered keys to give up on (``outbox dead
     skip``); ``tenant`` refuses ids of other tenants' events."""
 
-    ids: list[int] = Field(min_length=1, max_length=1000)
+    ids: list[DeliveryId] = Field(min_length=1, max_length=1000)
     tenant: str | None = None
 
 
@@ -100,14 +103,14 @@ class PortalLinkIn(Strict):
 
 
 class PortalSkipIn(Strict):
-    ids: list[int] = Field(min_length=1, max_length=1000)
+    ids: list[DeliveryId] = Field(min_length=1, max_length=1000)
 
 
 class PortalReplayIn(Strict):
     """``POST /api/portal/replay``: the customer's own dead deliveries (``ids``, or those
     of one of its ``endpoint``s, or all since ``since``); dry run unless ``confirm``."""
 
-    ids: list[int] = Field(default_factory=list, max_length=1000)
+    ids: list[DeliveryId] = Field(default_factory=list, max_length=1000)
     endpoint: str | None = Field(default=None, max_length=64)
     since: str | None = Field(default=None, max_length=64)
     all: bool = False

@@ -95,3 +95,21 @@ def test_allow_lists_every_method_of_the_path(app: FastAPI, api: TestClient) -> 
             assert answer.status_code == 405, (method, path)
             allowed = {m.strip() for m in answer.headers["allow"].split(",")}
             assert allowed == expected, (method, path, allowed)
+
+
+def test_delivery_ids_past_bigint_are_a_422_not_a_500(db_url: str, app: FastAPI,
+                                                      world: World,
+                                                      web_settings: WebSettings) -> None:
+    """Found by fuzzing: an id PostgreSQL's bigint cannot hold made replay and skip a 500."""
+    huge = [2**63, 1]
+    with new_client(app) as operator, new_client(app) as portal:
+        operator.headers["Authorization"] = f"Bearer {TOKEN}"
+        portal.headers["X-CSRF-Token"] = enter_portal(portal, web_settings, "acme")
+        for client, path, body in (
+                (operator, "/api/dead/replay", {"ids": huge, "confirm": True}),
+                (operator, "/api/dead/skip", {"ids": huge}),
+                (portal, "/api/portal/replay", {"ids": huge, "confirm": True}),
+                (portal, "/api/portal/skip", {"ids": huge})):
+            answer = client.post(path, json=body)
+            assert answer.status_code == 422, (path, answer.text)
+            assert answer.json()["error"]["code"] == "invalid_parameter", path
