@@ -41,6 +41,7 @@ __all__ = [
     "HEADER_VALUE_MAX",
     "RESERVED_HEADERS",
     "RESERVED_PREFIX",
+    "TEXT_PATTERN",
     "EndpointOptions",
     "Headers",
     "check_headers",
@@ -74,8 +75,15 @@ def _checked_headers(headers: dict[str, str]) -> dict[str, str]:
 
 # Custom headers in a request body: the schema states what it can (token names, printable
 # ASCII values, lengths, count), :func:`check_headers` the rest (reserved names).
-Headers = Annotated[dict[_Name, _Value], Field(max_length=HEADERS_MAX),
-                    AfterValidator(_checked_headers)]
+Headers = Annotated[dict[_Name, _Value], Field(
+    max_length=HEADERS_MAX, json_schema_extra={"propertyNames": {
+        "pattern": "^[A-Za-z0-9!#$%&'*+.^_`|~-]+$", "maxLength": HEADER_NAME_MAX}}),
+    AfterValidator(_checked_headers)]
+
+# Text without control characters or lone surrogates (a tenant id), as a pattern of the
+# characters allowed, written with the characters themselves: regex escapes such as
+# \x00 or \u0000 are not understood by every JSON Schema tool.
+TEXT_PATTERN = "^[ -~\u0080-\ud7ff\ue000-\uffff]+$"
 
 _Seconds = Field(ge=0.001, allow_inf_nan=False, strict=True)
 

@@ -3,18 +3,35 @@ silently does nothing; the library validates the values themselves before any SQ
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Body
 from pydantic import BaseModel, ConfigDict, Field
 
-from outbox.endpoint_options import EndpointOptions, Headers
+from outbox.endpoint_options import TEXT_PATTERN, EndpointOptions, Headers
 
 _Types = list[str] | None
 _Headers = Headers | None
 # A delivery id (a bigint): the routes refuse others with 422 invalid_parameter
 # (outbox.web.deps.check_delivery_ids); the schema states the range.
-DeliveryId = Annotated[int, Field(json_schema_extra={"minimum": 1, "maximum": 2**63 - 1})]
+DeliveryId = Annotated[int, Field(json_schema_extra={"minimum": 1, "maximum": 2**53 - 1})]
+# The forms the server parses (outbox.timeparse), stated for clients; the routes check.
+DURATION: dict[str, Any] = {"pattern": "^[0-9]{1,3}[smhd]$"}
+EXPIRES: dict[str, Any] = {  # 1 minute .. 30 days
+    "pattern": "^([1-9][0-9]{0,3}m|([1-9]|[1-5][0-9]{1,2}|6[0-9]{2}|7[01][0-9]|720)h"
+               "|([1-9]|[12][0-9]|30)d)$"}
+UUID: dict[str, Any] = {"format": "uuid", "pattern": "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-"
+                        "[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}
+BASE_URL: dict[str, Any] = {  # what outbox.portal.mint_link takes
+    "pattern": "^https?://[A-Za-z0-9]([A-Za-z0-9.-]{0,60}[A-Za-z0-9])?(:[1-9][0-9]{0,3})?"
+               "(/[A-Za-z0-9._~-]+)*/?$"}
+TYPE: dict[str, Any] = {"minLength": 1, "pattern": "^[A-Za-z0-9][A-Za-z0-9._:/-]*$"}
+TENANT: dict[str, Any] = {"minLength": 1, "maxLength": 128,
+                          "pattern": TEXT_PATTERN}
+WHEN: dict[str, Any] = {
+    "pattern": "^([1-9][0-9]{0,2}[smhd]|(19[7-9][0-9]|20[0-9]{2})-(0[1-9]|1[0-2])-"
+        "(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]Z)$",
+    "description": "a time ago (90s, 30m, 2h, 7d) or an ISO 8601 time after 1970"}
 
 
 class Strict(BaseModel):
@@ -40,7 +57,7 @@ class EndpointIn(PortalEndpointIn, EndpointOptions):
     """``POST /api/endpoints``: as ``outbox endpoints add`` (the delivery options are
     :class:`~outbox.endpoint_options.EndpointOptions`'s, ranges included)."""
 
-    tenant: str | None = None
+    tenant: str | None = Field(default=None, json_schema_extra=TENANT)
     all_tenants: bool = False
 
 
@@ -66,7 +83,7 @@ class DisableIn(Strict):
 class RotateIn(Strict):
     """``grace``: how long the old secret keeps signing (``24h``, ``0s``...)."""
 
-    grace: str = Field(default="24h", max_length=32)
+    grace: str = Field(default="24h", max_length=32, json_schema_extra=DURATION)
     force: bool = False
 
 
@@ -75,11 +92,11 @@ class ReplayIn(Strict):
     it is a dry run: what would be replayed, nothing changed."""
 
     ids: list[DeliveryId] = Field(default_factory=list, max_length=10000)
-    endpoint: str | None = Field(default=None, max_length=64)
-    event_type: str | None = Field(default=None, max_length=128)
-    since: str | None = Field(default=None, max_length=64)
-    until: str | None = Field(default=None, max_length=64)
-    tenant: str | None = None
+    endpoint: str | None = Field(default=None, max_length=64, json_schema_extra=UUID)
+    event_type: str | None = Field(default=None, max_length=128, json_schema_extra=TYPE)
+    since: str | None = Field(default=None, max_length=64, json_schema_extra=WHEN)
+    until: str | None = Field(default=None, max_length=64, json_schema_extra=WHEN)
+    tenant: str | None = Field(default=None, json_schema_extra=TENANT)
     all: bool = False
     enable_endpoints: bool = False
     confirm: bool = False
@@ -90,16 +107,16 @@ class SkipIn(Strict):
     skip``); ``tenant`` refuses ids of other tenants' events."""
 
     ids: list[DeliveryId] = Field(min_length=1, max_length=1000)
-    tenant: str | None = None
+    tenant: str | None = Field(default=None, json_schema_extra=TENANT)
 
 
 class PortalLinkIn(Strict):
     """``POST /api/portal-links``: a link to ``tenant``'s portal, valid for ``expires``;
     ``base_url`` defaults to ``OUTBOX_PUBLIC_URL``; without either it is refused (422)."""
 
-    tenant: str
-    expires: str = Field(default="1h", max_length=32)
-    base_url: str | None = Field(default=None, max_length=2048)
+    tenant: str = Field(json_schema_extra=TENANT)
+    expires: str = Field(default="1h", max_length=32, json_schema_extra=EXPIRES)
+    base_url: str | None = Field(default=None, max_length=2048, json_schema_extra=BASE_URL)
 
 
 class PortalSkipIn(Strict):
@@ -111,8 +128,8 @@ class PortalReplayIn(Strict):
     of one of its ``endpoint``s, or all since ``since``); dry run unless ``confirm``."""
 
     ids: list[DeliveryId] = Field(default_factory=list, max_length=1000)
-    endpoint: str | None = Field(default=None, max_length=64)
-    since: str | None = Field(default=None, max_length=64)
+    endpoint: str | None = Field(default=None, max_length=64, json_schema_extra=UUID)
+    since: str | None = Field(default=None, max_length=64, json_schema_extra=WHEN)
     all: bool = False
     confirm: bool = False
 

@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from outbox.endpoint_options import TEXT_PATTERN
 from outbox.web.auth import OPERATOR_COOKIE, PORTAL_COOKIE
 
 ERROR = {"type": "object", "required": ["error"], "additionalProperties": False,
@@ -32,18 +33,24 @@ SCHEMES = {
     "csrfHeader": {"type": "apiKey", "in": "header", "name": "X-CSRF-Token",
                    "description": "the session's CSRF token, on unsafe methods"},
 }
-_UUID = {"type": "string", "format": "uuid", "minLength": 36, "maxLength": 36}
-_TEXT = {"type": "string", "minLength": 1, "maxLength": 128}
+_UUID = {"type": "string", "format": "uuid", "minLength": 36, "maxLength": 36,
+         "pattern": "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
+                    "[0-9a-fA-F]{12}$"}
+_TENANT = {"type": "string", "minLength": 1, "maxLength": 128,
+           "pattern": TEXT_PATTERN}
+_TYPE = {"type": "string", "minLength": 1, "maxLength": 128,
+         "pattern": "^[A-Za-z0-9][A-Za-z0-9._:/-]*$"}
+_WHEN = {"type": "string", "maxLength": 64,
+         "pattern": "^([1-9][0-9]{0,2}[smhd]|(19[7-9][0-9]|20[0-9]{2})-(0[1-9]|1[0-2])-"
+        "(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]Z)$",
+         "description": "a time ago (90s, 30m, 2h, 7d) or an ISO 8601 time after 1970"}
 # What the server checks of each parameter, by name (documented, not re-validated here)
 PARAMETERS: dict[str, dict[str, Any]] = {
     "endpoint_id": _UUID, "event_id": _UUID, "after": _UUID, "endpoint": _UUID,
-    "tenant": _TEXT, "type": _TEXT, "event_type": _TEXT,
-    "since": {"type": "string", "minLength": 1, "maxLength": 64,
-              "description": "a time ago (2h, 7d) or ISO 8601"},
-    "until": {"type": "string", "minLength": 1, "maxLength": 64,
-              "description": "a time ago (2h, 7d) or ISO 8601"},
-    "before": {"type": "string", "minLength": 1, "maxLength": 64},
-    "cursor": {"type": "string", "minLength": 1, "maxLength": 128},
+    "before": _UUID, "tenant": _TENANT, "type": _TYPE, "event_type": _TYPE,
+    "since": _WHEN, "until": _WHEN,
+    "cursor": {"type": "string", "minLength": 1, "maxLength": 128,
+               "description": "next_cursor of a previous page (opaque)"},
 }
 _UNSAFE = frozenset({"post", "put", "patch", "delete"})
 _CONFLICTS = ("/replay", "/skip", "/rotate-secret")
