@@ -31,6 +31,9 @@ Label cardinality is bounded: ``endpoint`` is the endpoint id (never the URL), a
     outbox_handbacks_total                       counter of claimed deliveries handed back
                                                  unsent (a breaker that opened between
                                                  claim and start; 0 in steady state)
+    outbox_poisoned_total                        counter of deliveries dead-lettered
+                                                 because their result could not be
+                                                 written or their job not run (poison)
 """
 
 from __future__ import annotations
@@ -101,6 +104,9 @@ class Metrics:
             ["endpoint"], registry=r, multiprocess_mode=shared)
         self.handbacks = Counter("outbox_handbacks", "Claimed deliveries handed back unsent",
                                  registry=r)
+        self.poisoned = Counter("outbox_poisoned",
+                                "Deliveries dead-lettered: result not recordable (poison)",
+                                registry=r)
 
     def endpoint(self, endpoint_id: object) -> str:
         """The label for an endpoint id, or ``other`` past the cardinality cap."""

@@ -62,3 +62,13 @@ def park(job: Job) -> Completion:
         refund=1, status=None, error=None, outcome="parked", attempt=job.attempt,
         duration_ms=0.0, error_class=None, excerpt=None,
     )
+
+
+def poisoned(job: Job, exc: BaseException) -> Completion:
+    """Dead-letter a claimed delivery that could not be attempted at all, with the error."""
+    return Completion(
+        delivery_id=job.delivery_id, token=job.token, state="dead", delay=0.0, refund=0,
+        status=None, error=f"could not be attempted: {type(exc).__name__}: {exc}"[:1000],
+        outcome="poisoned", attempt=job.attempt, duration_ms=0.0, error_class="poisoned",
+        excerpt=None,
+    )

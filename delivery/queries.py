@@ -470,6 +470,28 @@ SELECT count(*) FROM upd
  WHERE (SELECT count(*) FROM advanced) >= 0 AND (SELECT count(*) FROM woken) >= 0
 """
 
+# Quarantine one delivery whose completion cannot be written (the batched COMPLETE failed
+# on its row alone: e.g. a retry delay from an endpoint's out-of-range numbers overflowing a
+# timestamp). Dead-lettered with a readable error and its attempt logged as 'poisoned', so
+# an operator sees it, fixes the endpoint and replays it. Fenced like COMPLETE: only while
+# the row still carries the claim's lease token. Touches nothing but this row (no computed
+# time), so it cannot fail for the reason COMPLETE did.
+QUARANTINE = """
+WITH upd AS (
+    UPDATE {schema}.deliveries d
+       SET state = 'dead', lease_token = NULL, finished_at = now(),
+           last_status = COALESCE(%(status)s, d.last_status), last_error = %(error)s
+     WHERE d.id = %(id)s AND d.lease_token = %(token)s
+    RETURNING d.id),
+log AS (
+    INSERT INTO {schema}.delivery_attempts
+        (delivery_id, attempt, outcome, status_code, duration_ms, error_class, error, worker)
+    SELECT upd.id, %(attempt)s, 'poisoned', %(status)s, %(duration)s, 'poisoned', %(error)s,
+           %(worker)s
+      FROM upd)
+SELECT count(*) FROM upd
+"""
+
 # Is anything due now? (drain mode's exit test) Ordered endpoints: fresh rows (not yet
 # placed by a claim) count, the next claim places them; so does a leased head with
 # deliveries queued behind it: its completion makes the next one due (a drain must not

@@ -35,6 +35,11 @@ log = logging.getLogger("outbox.worker")
 T = TypeVar("T")
 RETRY_MAX = 1.0  # seconds: the longest wait between two tries during an outage
 
+# Errors a statement raises because of the values of some rows (SQLSTATE classes 22 and
+# 23: out-of-range numbers or times, invalid text, constraint violations), as opposed to
+# the connection or the schema: a batch failing with one is split to find the rows.
+ROW_ERRORS = (psycopg.errors.DataError, psycopg.errors.IntegrityError)
+
 _JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
 _SECRET = _JOB_FIELDS.index("secret")  # previous_secret follows it
 assert _JOB_FIELDS[_SECRET + 1] == "previous_secret"
@@ -117,6 +122,7 @@ class Store:
         self.settings = settings
         self._claim_sql = render(queries.CLAIM, settings.schema_name)
         self._complete_sql = render(queries.COMPLETE, settings.schema_name)
+        self._quarantine_sql = render(queries.QUARANTINE, settings.schema_name)
         self._any_due_sql = render(queries.ANY_DUE, settings.schema_name)
         self._next_due_sql = render(queries.NEXT_DUE, settings.schema_name)
         self.connections = Connections(settings.database_url, size=pool_size,
@@ -128,6 +134,7 @@ class Store:
         self._down_since = 0.0
         self._running: dict[object, float] = {}  # database calls in progress: their start
         self._claim_after = ""  # the claim's rotation position (queries.CLAIM)
+        self.on_poison: Callable[[Completion], None] = lambda c: None
         self._backlog_sql = render(queries.BACKLOG, settings.schema_name)
         self._push_sql = render(queries.PUSH_ENDPOINT, settings.schema_name)
         self._throttle_sql = render(queries.THROTTLE, settings.schema_name)
@@ -233,17 +240,65 @@ class Store:
         return await self._retrying(op)
 
     async def complete(self, done: Sequence[Completion]) -> int:
-        """Record ``done`` in one statement; returns how many were not fenced out."""
+        """Record ``done`` in one statement; returns how many were not fenced out.
+
+        Poison isolation: if the statement fails on the data of some rows (a
+        :data:`ROW_ERRORS` error, e.g. a retry delay overflowing a timestamp), the batch is
+        split in halves and each half written in a transaction of its own, down to the
+        offending rows, which are dead-lettered with the database's error
+        (:meth:`_quarantine`). The others are recorded once, as if nothing happened. The
+        common path is one statement; the split costs O(poison rows x log2(batch))
+        statements, on failure only."""
         params = _completion_params(done, self.settings.worker_id,
                                     self.settings.failing_threshold)
 
-        async def op(fresh: bool) -> int:
-            async with self.connections.transaction(fresh=fresh) as conn:
-                cur = await conn.execute(self._complete_sql, params)
+        async def op(fresh: bool) -> int | psycopg.Error:
+            try:
+                async with self.connections.transaction(fresh=fresh) as conn:
+                    cur = await conn.execute(self._complete_sql, params)
+            except ROW_ERRORS as exc:  # the data of some row: split, below
+                return exc
             row = await cur.fetchone()
             return int(row[0]) if row else 0
 
-        return await self._retrying(op)
+        result = await self._retrying(op)
+        if not isinstance(result, psycopg.Error):
+            return result
+        if len(done) == 1:
+            return await self._quarantine(done[0], result)
+        mid = len(done) // 2
+        return await self.complete(done[:mid]) + await self.complete(done[mid:])
+
+    async def _quarantine(self, c: Completion, exc: psycopg.Error) -> int:
+        """Dead-letter the delivery of ``c``, whose completion alone fails with ``exc``;
+        logged once and counted (``on_poison``). If even that write fails on its data, the
+        row is left to its lease (logged)."""
+        reason = _first_line(exc)
+        error = _clean(f"result not recordable ({reason}); attempt {c.attempt}: "
+                       f"{c.outcome}{f' ({c.error})' if c.error else ''}")
+        params = {"id": c.delivery_id, "token": c.token, "status": c.status, "error": error,
+                  "attempt": c.attempt, "duration": c.duration_ms,
+                  "worker": self.settings.worker_id}
+
+        async def op(fresh: bool) -> int | psycopg.Error:
+            try:
+                async with self.connections.transaction(fresh=fresh) as conn:
+                    cur = await conn.execute(self._quarantine_sql, params)
+            except ROW_ERRORS as again:
+                return again
+            row = await cur.fetchone()
+            return int(row[0]) if row else 0
+
+        result = await self._retrying(op)
+        self.on_poison(c)
+        if isinstance(result, psycopg.Error):
+            log.error("delivery %d: result not recordable (%s) nor quarantinable (%s): left"
+                      " to its lease", c.delivery_id, reason, _first_line(result))
+            return 0
+        log.error("delivery %d dead-lettered: its result is not recordable (%s); the rest of"
+                  " its batch was recorded", c.delivery_id, reason,
+                  extra={"delivery_id": c.delivery_id, "error": error})
+        return result
 
     async def push_endpoint(self, endpoint_id: uuid.UUID, seconds: float) -> int:
         """Hide an endpoint's pending deliveries for ``seconds`` (circuit breaker)."""

@@ -40,7 +40,7 @@ from outbox.delivery.fairness import EndpointGate
 from outbox.delivery.jobs import Completion, Job
 from outbox.delivery.metrics import Metrics
 from outbox.delivery.outcome import AttemptResult, Verdict
-from outbox.delivery.policy import decide, defer, park
+from outbox.delivery.policy import decide, defer, park, poisoned
 from outbox.delivery.request import send_job
 from outbox.delivery.retention_task import prune_loop
 from outbox.delivery.sender import Transport
@@ -71,6 +71,7 @@ class Worker:
         self._stopped = asyncio.Event()
         self.store.stopping = self._stopped.is_set
         self.store.on_error = self.metrics.database_errors.inc
+        self.store.on_poison = lambda _c: self.metrics.poisoned.inc()
         self._inflight: set[asyncio.Task[None]] = set()
         self._side_tasks: set[asyncio.Task[int]] = set()
         self._deferred_at = -1e9
@@ -287,9 +288,13 @@ class Worker:
         failed, done = True, None
         try:
             sent_at = time.time()
-            result = await send_job(self.transport, job, self.settings,
-                                    timestamp=int(sent_at))
-            done = self._decided(job, result)
+            try:
+                result = await send_job(self.transport, job, self.settings,
+                                        timestamp=int(sent_at))
+                done = self._decided(job, result)
+            except Exception as exc:  # isolated: this job only
+                done, failed = self._poisoned(job, exc), False
+                return
             # a 429 is an answer, not a failure: throttling handles it, not the breaker
             failed = result.verdict is Verdict.RETRY and result.status_code != 429
             signal = self.throttle.observe(job.endpoint_id, result, sent_at)
@@ -328,6 +333,16 @@ class Worker:
         self._side_tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.warning("flow-control update failed: %s", task.exception())
+
+    def _poisoned(self, job: Job, exc: Exception) -> Completion:
+        """A job that cannot even be attempted (an unexpected error building or classifying
+        its request, e.g. stored headers that are not a mapping) is dead-lettered with that
+        error (:func:`~.policy.poisoned`): never left to its lease, to fail again."""
+        log.error("delivery %d dead-lettered: it could not be attempted", job.delivery_id,
+                  exc_info=exc, extra={"delivery_id": job.delivery_id,
+                                       "endpoint_id": str(job.endpoint_id)})
+        self.metrics.poisoned.inc()
+        return poisoned(job, exc)
 
     def _decided(self, job: Job, result: AttemptResult) -> Completion:
         """The completion of one attempt, counted and logged (not yet recorded)."""

@@ -34,6 +34,7 @@ __all__ = [
     "DatabaseUnavailable",
     "DeliveryNotFound",
     "EndpointNotFound",
+    "EventTypeExists",
     "EventTypeNotFound",
     "InvalidEndpoint",
     "InvalidEvent",
@@ -92,6 +93,11 @@ class DeliveryNotFound(OutboxError):
 class InvalidEventType(OutboxError):
     """An event type's name, JSON Schema, example or description was refused (the message
     names the problem, and the JSON path for an example); nothing was written."""
+
+
+class EventTypeExists(InvalidEventType):
+    """The event type is already registered: update it, or register a new name (e.g.
+    ``invoice.paid.v2``) for a breaking change; nothing was written."""
 
 
 class EventTypeNotFound(OutboxError):

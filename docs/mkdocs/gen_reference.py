@@ -49,6 +49,8 @@ MEANINGS: dict[str, str] = {
     "require_registered_types": "Refuse at emit an event whose type is not in the catalog.",
     "catalog_refresh_seconds": ("How long a process uses its copy of the catalog before it "
                                 "reads the catalog's version row again (0: every emit)."),
+    "public_url": ("The console's and portal's public address: portal links are built from it "
+                   "(or from `base_url`), never from a request's Host header."),
     "max_payload_bytes": "Largest serialised payload `emit` accepts "
                          "(over it: `InvalidEvent`, nothing written).",
     "prepare_threshold": "Runs of a statement on a connection before it is prepared: psycopg "

@@ -14,7 +14,6 @@ New and re-enabled endpoints receive events emitted after their commit, never ea
 from __future__ import annotations
 
 import datetime as dt
-import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from outbox._security.ssrf import (
     check_url_sync,
 )
 from outbox.admin._routing import validate_filters, validate_scope
+from outbox.admin.endpoint_options import EndpointOptions, check_headers
 from outbox.errors import EndpointNotFound, InvalidEndpoint, OperationRefused
 from outbox.settings import get_settings
 from outbox.signing import decode_secret, generate_secret
@@ -66,11 +66,6 @@ __all__ = [
 URL_MAX_LENGTH = 2048
 #: Who may enable or disable an endpoint (``data.by`` of the operational event).
 ACTORS = ("operator", "tenant")
-_HEADER_NAME_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$")
-_RESERVED_HEADERS = frozenset(
-    {"host", "content-length", "content-type", "content-encoding", "transfer-encoding",
-     "connection", "idempotency-key", "user-agent", "traceparent"}
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,18 +181,24 @@ def validate_text(name: str, value: str | None, *, max_length: int = 1000) -> st
 
 
 def validate_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
-    """Custom headers sent with every delivery; reserved and malformed ones are refused."""
-    out: dict[str, str] = {}
-    for name, value in (headers or {}).items():
-        if not _HEADER_NAME_RE.match(name):
-            raise InvalidEndpoint(f"header name {name!r} is not a valid HTTP token")
-        lowered = name.lower()
-        if lowered in _RESERVED_HEADERS or lowered.startswith("webhook-"):
-            raise InvalidEndpoint(f"header {name!r} is set by outbox and cannot be overridden")
-        if any(c in value for c in "\r\n\0") or len(value) > 4096:
-            raise InvalidEndpoint(f"header {name!r} has a control character or is too long")
-        out[name] = value
-    return out
+    """Custom headers sent with every delivery; reserved and malformed ones are refused
+    (the rules: :func:`outbox.admin.endpoint_options.check_headers`)."""
+    try:
+        return check_headers(headers)
+    except ValueError as exc:
+        raise InvalidEndpoint(str(exc)) from None
+
+
+def validate_options(options: EndpointOptions | None = None, **values: Any) -> dict[str, Any]:
+    """Every :class:`~outbox.admin.endpoint_options.EndpointOptions` field as a SQL parameter:
+    ``options``' values, overridden by the ``values`` that are not ``None``; refused with
+    :class:`InvalidEndpoint` naming each bad one (a NaN, an infinity, out of range)."""
+    merged = options.given() if options is not None else {}
+    merged.update({k: v for k, v in values.items() if v is not None})
+    try:
+        return EndpointOptions.checked(merged).model_dump()
+    except ValueError as exc:
+        raise InvalidEndpoint(str(exc)) from None
 
 
 def check_destination(url: str, allow_networks: Sequence[IPNetwork]) -> tuple[str, ...]:
@@ -246,6 +247,7 @@ def add(
     allow_networks: Sequence[IPNetwork] | None = None,
     box: SecretBox | None = None,
     allow_brokers: bool = True,
+    options: EndpointOptions | None = None,
 ) -> Created:
     """Register an endpoint. Without ``secret`` one is generated and returned once.
 
@@ -262,6 +264,8 @@ def add(
     The secret is stored sealed by ``box`` (default: ``OUTBOX_SECRET_KEY``'s).
     A broker URL's credentials are sealed the same way and left out of the stored ``url``
     (never shown again); ``allow_brokers=False`` (the portal) refuses broker URLs.
+    The delivery options (``max_attempts`` ... ``max_in_flight``) may also come as
+    ``options``; keyword arguments given win. Their ranges: :mod:`outbox.admin.endpoint_options`.
     """
     validate_url(url, allow_brokers=allow_brokers)
     stored_url, credentials = _split(url)
@@ -273,11 +277,10 @@ def add(
         "all_tenants": bool(all_tenants),
         "event_types": validate_filters(event_types),
         "headers": Jsonb(validate_headers(headers)),
-        "max_attempts": _positive("max_attempts", max_attempts, upper=100),
-        "retry_base_seconds": _positive("retry_base_seconds", retry_base_seconds),
-        "retry_cap_seconds": _positive("retry_cap_seconds", retry_cap_seconds),
-        "timeout_seconds": _positive("timeout_seconds", timeout_seconds),
-        "max_in_flight": _positive("max_in_flight", max_in_flight),
+        **validate_options(options, max_attempts=max_attempts,
+                           retry_base_seconds=retry_base_seconds,
+                           retry_cap_seconds=retry_cap_seconds,
+                           timeout_seconds=timeout_seconds, max_in_flight=max_in_flight),
         "ordered": _flag("ordered", ordered),
         **_rate_params(rate_limit, rate_burst),
     }
@@ -405,6 +408,7 @@ def update(
     retry_base_seconds: float | None = None,
     retry_cap_seconds: float | None = None,
     timeout_seconds: float | None = None,
+    max_in_flight: int | None = None,
     ordered: bool | None = None,
     rate_limit: float | None = None,
     rate_burst: int | None = None,
@@ -412,6 +416,7 @@ def update(
     allow_networks: Sequence[IPNetwork] | None = None,
     box: SecretBox | None = None,
     allow_brokers: bool = True,
+    options: EndpointOptions | None = None,
 ) -> Updated:
     """Change an endpoint in one statement; ``None`` leaves a field as it is.
 
@@ -424,7 +429,8 @@ def update(
     queued behind a key's head still go one at a time, in order.
     A new broker ``url`` replaces the stored credentials with its own (none if it has none).
     ``rate_limit`` / ``rate_burst`` apply to the next claims of every worker;
-    ``clear_rate_limit`` removes both (the adaptive throttling still applies).
+    ``clear_rate_limit`` removes both (the adaptive throttling still applies). ``options``: as for
+    :func:`add` (its unset fields are unchanged).
     """
     eid = parse_id(endpoint_id)
     if clear_rate_limit and (rate_limit is not None or rate_burst is not None):
@@ -442,10 +448,10 @@ def update(
         "set_types": bool(event_types) or all_event_types,
         "event_types": validate_filters(event_types),
         "headers": Jsonb(validate_headers(headers)), "clear_headers": clear_headers,
-        "max_attempts": _positive("max_attempts", max_attempts, upper=100),
-        "retry_base_seconds": _positive("retry_base_seconds", retry_base_seconds),
-        "retry_cap_seconds": _positive("retry_cap_seconds", retry_cap_seconds),
-        "timeout_seconds": _positive("timeout_seconds", timeout_seconds),
+        **validate_options(options, max_attempts=max_attempts,
+                           retry_base_seconds=retry_base_seconds,
+                           retry_cap_seconds=retry_cap_seconds,
+                           timeout_seconds=timeout_seconds, max_in_flight=max_in_flight),
         "ordered": _flag("ordered", ordered),
         **_rate_params(rate_limit, rate_burst, has_rate=rate_limit is None and (
             rate_burst is None or get(conn, eid, schema=schema).rate_limit is not None)),

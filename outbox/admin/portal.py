@@ -80,6 +80,10 @@ class WebSettings(Settings):
     session_seconds: int = Field(default=12 * 3600, gt=0)
     portal_session_seconds: int = Field(default=4 * 3600, gt=0)
     max_body_bytes: int = Field(default=256 * 1024, gt=0)
+    # The URL customers reach this app at (OUTBOX_PUBLIC_URL, e.g. https://hooks.example.com
+    # /outbox): portal links made by the API without a base_url start with it. Empty: the
+    # API requires base_url (a link is never built from the request's Host header).
+    public_url: str = Field(default="", max_length=2048)
 
 
     @field_validator("portal_allow_networks")

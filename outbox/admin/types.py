@@ -27,7 +27,13 @@ from outbox._db import queries
 from outbox._db.connection import render, translated
 from outbox._emit import catalog
 from outbox._emit.event import check_tenant, check_type
-from outbox.errors import EventTypeNotFound, InvalidEndpoint, InvalidEvent, InvalidEventType
+from outbox.errors import (
+    EventTypeExists,
+    EventTypeNotFound,
+    InvalidEndpoint,
+    InvalidEvent,
+    InvalidEventType,
+)
 
 __all__ = [
     "DESCRIPTION_MAX_LENGTH",
@@ -90,10 +96,28 @@ def check_name(name: object) -> str:
     return name
 
 
+def _has_nul(value: object) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
+def _storable(what: str, value: object) -> None:
+    """PostgreSQL's jsonb stores no NUL character (``\\u0000``), in a key or a string."""
+    if _has_nul(value):
+        raise InvalidEventType(f"{what} contains a NUL character (\\u0000), which cannot be "
+                               "stored")
+
+
 def check_schema(schema: object) -> dict[str, Any]:
     """``schema`` if it is a valid draft 2020-12 JSON Schema object, else InvalidEventType."""
     if not isinstance(schema, dict):
         raise InvalidEventType("the JSON Schema must be a JSON object")
+    _storable("the JSON Schema", schema)
     declared = schema.get("$schema")
     if declared is not None and declared.rstrip("#") != catalog.DRAFT:
         raise InvalidEventType(
@@ -124,6 +148,8 @@ def _import_validator() -> None:
 
 def check_example(schema: dict[str, Any] | None, example: Any) -> None:
     """Raise InvalidEventType naming the JSON path where ``example`` breaks ``schema``."""
+    if example is not None:
+        _storable("the example", example)
     if schema is None or example is None:
         return
     problem = catalog.compile_schema(schema)(example)
@@ -170,13 +196,13 @@ def _params(name: str, description: object, schema: object, example: Any,
 def add(conn: psycopg.Connection[Any], name: str, *, schema: str,
         json_schema: dict[str, Any] | None = None, description: str | None = None,
         example: Any = None, tenants: list[str] | None = None) -> EventType:
-    """Register a new type; InvalidEventType if ``name`` is already registered.
+    """Register a new type; EventTypeExists if ``name`` is already registered.
     ``tenants``: whom the portal offers it to (None: every tenant; []: none, internal)."""
     params = _params(name, description, json_schema, example, tenants)
     with translated(), conn.cursor(row_factory=_ROW) as cur:
         found = cur.execute(render(queries.TYPE_INSERT, schema), params).fetchone()
     if found is None:
-        raise InvalidEventType(
+        raise EventTypeExists(
             f"event type {name!r} is already registered: use update (or a new name, e.g. "
             f"{name}.v2, for a breaking change)")
     catalog.forget()
@@ -232,6 +258,9 @@ def check_subscribable(conn: psycopg.Connection[Any], tenant: str,
 
 
 def get(conn: psycopg.Connection[Any], name: str, *, schema: str) -> EventType:
+    """The catalog's entry for ``name``; EventTypeNotFound if none (a malformed name:
+    InvalidEventType)."""
+    check_name(name)
     with translated(), conn.cursor(row_factory=_ROW) as cur:
         found = cur.execute(render(queries.TYPE_GET, schema), (name,)).fetchone()
     if found is None:
@@ -244,6 +273,7 @@ def update(conn: psycopg.Connection[Any], name: str, *, schema: str,
            deprecated: bool | None = None, tenants: Any = _KEEP) -> EventType:
     """Change the given fields (the others are kept; ``json_schema=None`` drops the schema,
     ``example=None`` the example). The example is checked against the resulting schema."""
+    check_name(name)
     with translated(), conn.cursor(row_factory=_ROW) as cur:
         old = cur.execute(render(queries.TYPE_GET_FOR_UPDATE, schema), (name,)).fetchone()
         if old is None:
@@ -269,6 +299,7 @@ def deprecate(conn: psycopg.Connection[Any], name: str, *, schema: str,
 def remove(conn: psycopg.Connection[Any], name: str, *, schema: str) -> None:
     """Drop ``name`` from the catalog: its events are no longer checked (nor, under
     ``OUTBOX_REQUIRE_REGISTERED_TYPES=true``, accepted). Events already stored stay."""
+    check_name(name)
     with translated(), conn.cursor() as cur:
         cur.execute(render(queries.TYPE_DELETE, schema), (name,))
         if cur.fetchone() is None:

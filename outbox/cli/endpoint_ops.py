@@ -14,7 +14,7 @@ from outbox.admin import endpoints as ep
 from outbox.admin import flow
 from outbox.cli.endpoints import endpoint_json, endpoints, parse_headers, print_warnings
 from outbox.cli.output import cut, echo_json, to_jsonable, when
-from outbox.cli.params import Duration, delivery_options, rate_options
+from outbox.cli.params import Duration, delivery_options, endpoint_options, rate_options
 from outbox.cli.root import Context, Failed, pass_ctx
 
 
@@ -63,12 +63,11 @@ def show(ctx: Context, endpoint_id: str, as_json: bool) -> None:
               help="Remove the fixed rate limit and burst (adaptive throttling stays).")
 @click.option("--json", "as_json", is_flag=True, help="Print the endpoint as JSON.")
 @pass_ctx
-def update(ctx: Context, endpoint_id: str, url: str | None, event_types: tuple[str, ...],
+def update(ctx: Context, /, endpoint_id: str, url: str | None, event_types: tuple[str, ...],
            all_event_types: bool, headers: tuple[str, ...], clear_headers: bool,
-           description: str | None, ordered: bool | None, max_attempts: int | None,
-           retry_base_seconds: float | None, retry_cap_seconds: float | None,
-           timeout_seconds: float | None, rate_limit: float | None, rate_burst: int | None,
-           clear_rate_limit: bool, as_json: bool) -> None:
+           description: str | None, ordered: bool | None, rate_limit: float | None,
+           rate_burst: int | None, clear_rate_limit: bool, as_json: bool,
+           **values: Any) -> None:
     """Change an endpoint; options not given keep their value. Validated like `add`,
     including the address check of a new URL (see `outbox endpoints add --help`).
 
@@ -79,9 +78,10 @@ def update(ctx: Context, endpoint_id: str, url: str | None, event_types: tuple[s
       outbox endpoints update 0193... --clear-headers --header "X-Team=billing"
       outbox endpoints update 0193... --rate-limit 50 --burst 100
     """
+    options = endpoint_options(values)
     changes: list[Any] = [url, event_types, all_event_types, headers, clear_headers,
-                          description, max_attempts, retry_base_seconds, retry_cap_seconds,
-                          timeout_seconds, rate_limit, rate_burst, clear_rate_limit]
+                          description, *options.given().values(), rate_limit, rate_burst,
+                          clear_rate_limit]
     if ordered is None and not any(c not in (None, False, ()) for c in changes):
         raise click.UsageError("nothing to update: give at least one option (see --help)")
     if event_types and all_event_types:
@@ -93,10 +93,8 @@ def update(ctx: Context, endpoint_id: str, url: str | None, event_types: tuple[s
         done = ep.update(
             conn, endpoint_id, schema=ctx.schema, url=url, event_types=event_types or None,
             all_event_types=all_event_types, headers=parsed, clear_headers=clear_headers,
-            description=description, max_attempts=max_attempts,
-            retry_base_seconds=retry_base_seconds, retry_cap_seconds=retry_cap_seconds,
-            timeout_seconds=timeout_seconds, ordered=ordered, rate_limit=rate_limit,
-            rate_burst=rate_burst, clear_rate_limit=clear_rate_limit,
+            description=description, options=options, ordered=ordered,
+            rate_limit=rate_limit, rate_burst=rate_burst, clear_rate_limit=clear_rate_limit,
             allow_networks=ctx.allow_networks() if url is not None else None,
         )
     print_warnings(done.warnings)

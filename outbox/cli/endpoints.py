@@ -10,7 +10,7 @@ import click
 
 from outbox.admin import endpoints as ep
 from outbox.cli.output import print_table
-from outbox.cli.params import delivery_options, rate_options, tenant_option
+from outbox.cli.params import delivery_options, endpoint_options, rate_options, tenant_option
 from outbox.cli.root import Context, cli, pass_ctx
 
 
@@ -71,12 +71,10 @@ def endpoints() -> None:
 @delivery_options
 @rate_options
 @pass_ctx
-def add(ctx: Context, url: str, event_types: tuple[str, ...], tenant: str | None,
+def add(ctx: Context, /, url: str, event_types: tuple[str, ...], tenant: str | None,
         all_tenants: bool, secret: str | None,
-        headers: tuple[str, ...], description: str, ordered: bool, max_attempts: int | None,
-        retry_base_seconds: float | None, retry_cap_seconds: float | None,
-        timeout_seconds: float | None, rate_limit: float | None,
-        rate_burst: int | None) -> None:
+        headers: tuple[str, ...], description: str, ordered: bool, rate_limit: float | None,
+        rate_burst: int | None, **options: Any) -> None:
     """Register URL; print its id and, if generated, its secret (shown only once).
 
     The URL's host is resolved now and refused if any of its addresses is loopback,
@@ -110,10 +108,9 @@ def add(ctx: Context, url: str, event_types: tuple[str, ...], tenant: str | None
         created = ep.add(
             conn, url, schema=ctx.schema, event_types=event_types or None, tenant=tenant,
             all_tenants=all_tenants, secret=secret,
-            headers=parsed, description=description, max_attempts=max_attempts,
-            retry_base_seconds=retry_base_seconds, retry_cap_seconds=retry_cap_seconds,
-            timeout_seconds=timeout_seconds, ordered=ordered, rate_limit=rate_limit,
-            rate_burst=rate_burst, allow_networks=ctx.allow_networks(),
+            headers=parsed, description=description, options=endpoint_options(options),
+            ordered=ordered, rate_limit=rate_limit, rate_burst=rate_burst,
+            allow_networks=ctx.allow_networks(),
         )
     print_warnings(created.warnings)
     click.echo(f"id:     {created.endpoint.id}")

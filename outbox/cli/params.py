@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import click
 
 from outbox.admin import _timeparse
+from outbox.admin.endpoint_options import EndpointOptions, limits
 
 
 class Duration(click.ParamType[dt.timedelta]):
@@ -65,22 +66,44 @@ TIME_HELP = "A time ago (2h, 7d, 30m, 90s) or ISO 8601 (2024-05-01T12:00Z; UTC i
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+class OptionValue(click.ParamType[Any]):
+    """One :class:`~outbox.admin.endpoint_options.EndpointOptions` field: a number in its range
+    (NaN, infinities and out-of-range values are a usage error naming the range)."""
+
+    def __init__(self, field: str, integer: bool) -> None:
+        self.field = field
+        self.integer = integer
+        self.name = "integer" if integer else "number"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        try:
+            number = int(value) if self.integer else float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not {'an integer' if self.integer else 'a number'}",
+                      param, ctx)
+        try:
+            EndpointOptions.checked({self.field: number})
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        return number
+
+
 def delivery_options(f: F) -> F:
-    """``--max-attempts``, ``--retry-base-seconds``, ``--retry-cap-seconds``, ``--timeout``:
-    the per-endpoint overrides of the worker's settings (add and update share them)."""
-    positive = click.FloatRange(min=0, min_open=True)
-    options = [
-        click.option("--max-attempts", type=click.IntRange(1, 100), default=None,
-                     help="Attempts before a delivery is dead (default: $OUTBOX_MAX_ATTEMPTS)."),
-        click.option("--retry-base-seconds", type=positive, default=None,
-                     help="First retry delay scale (default: $OUTBOX_RETRY_BASE_SECONDS)."),
-        click.option("--retry-cap-seconds", type=positive, default=None,
-                     help="Longest retry delay (default: $OUTBOX_RETRY_CAP_SECONDS)."),
-        click.option("--timeout", "timeout_seconds", type=positive, default=None,
-                     help="HTTP timeout for this endpoint, seconds."),
-    ]
-    for option in reversed(options):
-        f = option(f)
+    """One ``--option`` per :class:`~outbox.admin.endpoint_options.EndpointOptions` field (its
+    name with dashes; ``--timeout`` for ``timeout_seconds``), help and range from the
+    model: add and update take exactly the options the library and the API take. The
+    command receives them as keyword arguments named after the fields."""
+    for limit in reversed(limits()):
+        field = EndpointOptions.model_fields[limit["name"]]
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        flag = str(extra.get("cli") or "--" + limit["name"].replace("_", "-"))
+        default = f"${limit['default']}" if limit["default"] else "the worker's"
+        f = click.option(
+            flag, limit["name"], type=OptionValue(limit["name"], limit["type"] == "integer"),
+            default=None,
+            help=f"{limit['help']}: {number(limit['min'])} to {number(limit['max'])} "
+                 f"(default: {default}).")(f)
     return f
 
 
@@ -99,6 +122,17 @@ def rate_options(f: F) -> F:
     for option in reversed(options):
         f = option(f)
     return f
+
+
+def number(value: float) -> str:
+    """``2,592,000``, ``0.001``: a bound as people read it."""
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:g}"
+
+
+def endpoint_options(values: dict[str, Any]) -> EndpointOptions:
+    """The :func:`delivery_options` a command received (popped from ``values``)."""
+    return EndpointOptions(**{name: values.pop(name, None)
+                              for name in EndpointOptions.model_fields})
 
 
 def tenant_option(help_text: str) -> Callable[[F], F]:

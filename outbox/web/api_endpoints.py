@@ -30,6 +30,7 @@ from outbox.web.models import (
     OptionalDisable,
     OptionalRotate,
     RotateIn,
+    options_of,
 )
 
 router = APIRouter(prefix="/endpoints", tags=["endpoints"])
@@ -54,9 +55,7 @@ def create_endpoint(body: EndpointIn, conn: Conn, settings: AppSettings,
     created = ep.add(
         conn, body.url, schema=settings.schema_name, event_types=body.event_types,
         tenant=body.tenant, all_tenants=body.all_tenants, secret=body.secret,
-        headers=body.headers, description=body.description, max_attempts=body.max_attempts,
-        retry_base_seconds=body.retry_base_seconds, retry_cap_seconds=body.retry_cap_seconds,
-        timeout_seconds=body.timeout_seconds, max_in_flight=body.max_in_flight,
+        headers=body.headers, description=body.description, options=options_of(body),
         rate_limit=body.rate_limit, rate_burst=body.rate_burst,
         allow_networks=allow_networks(settings),
         box=settings.secret_box())
@@ -82,9 +81,7 @@ def update_endpoint(endpoint_id: str, body: EndpointPatch, conn: Conn,
         conn, endpoint_id, schema=settings.schema_name, url=body.url,
         event_types=body.event_types or None, all_event_types=body.all_event_types,
         headers=body.headers, clear_headers=body.clear_headers, description=body.description,
-        max_attempts=body.max_attempts, retry_base_seconds=body.retry_base_seconds,
-        retry_cap_seconds=body.retry_cap_seconds, timeout_seconds=body.timeout_seconds,
-        rate_limit=body.rate_limit, rate_burst=body.rate_burst,
+        options=options_of(body), rate_limit=body.rate_limit, rate_burst=body.rate_burst,
         clear_rate_limit=body.clear_rate_limit,
         allow_networks=allow_networks(settings) if body.url is not None else None)
     return {"endpoint": endpoint_json(done.endpoint), "warnings": list(done.warnings)}

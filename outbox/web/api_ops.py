@@ -152,7 +152,10 @@ def portal_link(body: PortalLinkIn, request: Request, response: Response,
                 settings: AppSettings) -> dict[str, Any]:
     """A signed link that opens ``tenant``'s portal until it expires (as ``outbox
     portal-link``); nothing is written."""
-    base = body.base_url or str(request.base_url).rstrip("/")
+    base = body.base_url or settings.public_url
+    if not base:  # never the request's Host header: a client could choose where links point
+        raise ApiError(422, "invalid_parameter",
+                       "base_url: required unless OUTBOX_PUBLIC_URL is set")
     link = mint_link(body.tenant, settings=settings, expires=duration("expires", body.expires),
                      base_url=base)
     response.headers["Cache-Control"] = "no-store"

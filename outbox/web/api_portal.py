@@ -27,6 +27,7 @@ from outbox.web.auth import require_portal
 from outbox.web.deps import (
     AppSettings,
     Conn,
+    check_delivery_ids,
     duration,
     endpoint_json,
     listing,
@@ -44,6 +45,7 @@ from outbox.web.models import (
     PortalReplayIn,
     PortalSkipIn,
     RotateIn,
+    TypeName,
 )
 
 router = APIRouter(prefix="/portal", tags=["portal"])
@@ -149,7 +151,7 @@ def list_types(tenant: Tenant, conn: Conn, settings: AppSettings) -> JSONRespons
 
 
 @router.get("/types/{name:path}")
-def get_type(name: str, tenant: Tenant, conn: Conn, settings: AppSettings) -> dict[str, Any]:
+def get_type(name: TypeName, tenant: Tenant, conn: Conn, settings: AppSettings) -> dict[str, Any]:
     """One type the tenant is offered (404 otherwise, as if it did not exist)."""
     return {"type": _public(catalog.get_offered(conn, name, tenant,
                                                 schema=settings.schema_name))}
@@ -213,6 +215,7 @@ def replay(body: PortalReplayIn, tenant: Tenant, conn: Conn,
     if bool(body.ids) + bool(body.endpoint) + body.all != 1:
         raise OperationRefused("give ids, endpoint or all (exactly one)")
     if body.ids:
+        check_delivery_ids(body.ids)
         owned = ev.owned_deliveries(conn, body.ids, schema=schema, owner=tenant)
         missing = sorted(set(body.ids) - owned)
         if missing:
@@ -249,6 +252,7 @@ def skip(body: PortalSkipIn, tenant: Tenant, conn: Conn, settings: AppSettings
     """Give up on dead deliveries to the tenant's endpoints that hold their ordering key:
     the key's next delivery goes out now (``POST /api/dead/skip``, scoped)."""
     schema = settings.schema_name
+    check_delivery_ids(body.ids)
     owned = ev.owned_deliveries(conn, body.ids, schema=schema, owner=tenant)
     missing = sorted(set(body.ids) - owned)
     if missing:

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Query, Response
 from fastapi.responses import JSONResponse
 
 from outbox.admin import type_export
 from outbox.admin import types as catalog
+from outbox.admin.endpoint_options import TEXT_PATTERN
 from outbox.web.deps import AppSettings, Conn, listing
-from outbox.web.models import EventTypeIn, EventTypePatch
+from outbox.web.models import EventTypeIn, EventTypePatch, TypeName
 
 router = APIRouter(tags=["event types"])
 
@@ -37,7 +38,9 @@ def create_type(body: EventTypeIn, conn: Conn, settings: AppSettings) -> dict[st
 @router.get("/types-export")
 def export_types(conn: Conn, settings: AppSettings,
                  format: Literal["openapi", "asyncapi", "jsonschema"] = "openapi",
-                 title: str = "Webhooks", version: str = "1.0.0") -> JSONResponse:
+                 title: str = Query("Webhooks", max_length=200, pattern=TEXT_PATTERN),
+                 version: str = Query("1.0.0", max_length=50, pattern=TEXT_PATTERN)
+                 ) -> JSONResponse:
     """The catalog as OpenAPI 3.1 webhooks, AsyncAPI 3.0 or a JSON Schema bundle (as
     ``outbox types export``)."""
     found = catalog.list_all(conn, schema=settings.schema_name)
@@ -46,12 +49,12 @@ def export_types(conn: Conn, settings: AppSettings,
 
 
 @router.get("/types/{name:path}")
-def get_type(name: str, conn: Conn, settings: AppSettings) -> dict[str, Any]:
+def get_type(name: TypeName, conn: Conn, settings: AppSettings) -> dict[str, Any]:
     return {"type": catalog.get(conn, name, schema=settings.schema_name).as_json()}
 
 
 @router.patch("/types/{name:path}")
-def update_type(name: str, body: EventTypePatch, conn: Conn,
+def update_type(name: TypeName, body: EventTypePatch, conn: Conn,
                 settings: AppSettings) -> dict[str, Any]:
     """Change the fields given (absent ones keep their value), as ``outbox types update``
     and ``deprecate``."""
@@ -63,6 +66,6 @@ def update_type(name: str, body: EventTypePatch, conn: Conn,
 
 
 @router.delete("/types/{name:path}", status_code=204)
-def delete_type(name: str, conn: Conn, settings: AppSettings) -> Response:
+def delete_type(name: TypeName, conn: Conn, settings: AppSettings) -> Response:
     catalog.remove(conn, name, schema=settings.schema_name)
     return Response(status_code=204)

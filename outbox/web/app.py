@@ -32,6 +32,7 @@ from outbox.web import (
     catalog_pages,
     console,
     errors,
+    openapi,
     portal_pages,
 )
 
@@ -96,14 +97,23 @@ class BodyLimit:
         await response(scope, receive, send)
 
 
-FRAME_HEADERS = ((b"content-security-policy", b"frame-ancestors 'self'"),
-                 (b"x-frame-options", b"SAMEORIGIN"), (b"x-content-type-options", b"nosniff"))
+CSP = ("default-src 'self'; script-src 'none'; object-src 'none'; base-uri 'none'; "
+       "form-action 'self'; frame-ancestors 'self'; img-src 'self' data:; style-src 'self'")
+FRAME_HEADERS = ((b"content-security-policy", CSP.encode()),
+                 (b"x-frame-options", b"SAMEORIGIN"), (b"x-content-type-options", b"nosniff"),
+                 (b"referrer-policy", b"no-referrer"))
+PRIVATE_HEADERS = ((b"cache-control", b"no-store"),)
+"""On every answer but the stylesheet: it may hold a session's data (pages, payloads,
+secrets), so no browser or proxy cache keeps it."""
 
 
 class SecurityHeaders:
     """Every answer may be framed only by pages of its own origin (the console and the
-    portal are linked to, never embedded elsewhere: no clickjacking of their buttons) and
-    is never content-sniffed. A header the route set itself is left as it is."""
+    portal are linked to, never embedded elsewhere: no clickjacking of their buttons), is
+    never content-sniffed, runs no script (CSP: the pages have none; a stored payload that
+    slipped past escaping would not run), sends no ``Referer``, and, except the static
+    stylesheet, is never cached (``no-store``) and varies with the credentials
+    (``Vary: Cookie, Authorization``). A header the route set itself is left as it is."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -112,12 +122,21 @@ class SecurityHeaders:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        static = str(scope.get("path", "")).endswith("/static/outbox.css")
+        extra = FRAME_HEADERS if static else FRAME_HEADERS + PRIVATE_HEADERS
 
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                present = {name.lower() for name, _ in message.get("headers", [])}
-                message["headers"] = [*message.get("headers", []),
-                                      *(h for h in FRAME_HEADERS if h[0] not in present)]
+                headers = list(message.get("headers", []))
+                present = {name.lower() for name, _ in headers}
+                headers += [h for h in extra if h[0] not in present]
+                if not static:
+                    headers = [h for h in headers if h[0].lower() != b"vary"]
+                    vary = {v.strip() for n, v in message.get("headers", [])
+                            if n.lower() == b"vary" for v in v.split(b",")}
+                    vary |= {b"Cookie", b"Authorization"}
+                    headers.append((b"vary", b", ".join(sorted(vary))))
+                message["headers"] = headers
             await send(message)
 
         await self.app(scope, receive, with_headers)
@@ -182,6 +201,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="outbox", version="1", openapi_url="/api/openapi.json",
                   docs_url=None, redoc_url=None)
     app.state.settings = web
+    app.state.login_guard = auth.LoginGuard()
+    openapi.install(app)
     errors.install(app)
     api = APIRouter(prefix="/api")
     operator = [Depends(auth.require_operator), Depends(auth.verify_csrf)]

@@ -3,7 +3,8 @@
 - **Operators** send ``Authorization: Bearer $OUTBOX_ADMIN_TOKEN`` (compared in constant
   time), or sign in at ``/login`` with that token and get a session cookie (``Secure``,
   ``HttpOnly``, ``SameSite=Strict``), signed (:mod:`outbox.admin.portal`) and bound to the token:
-  changing ``OUTBOX_ADMIN_TOKEN`` ends every session. No token configured: nobody is an
+  changing ``OUTBOX_ADMIN_TOKEN`` ends every session; ``POST /logout`` ends this one on the
+  server too (a copied cookie is refused from then on). No token configured: nobody is an
   operator (``outbox serve`` makes a one-off token for loopback use).
 - **Portal sessions** start at ``/portal/enter?token=...`` (a link from
   :func:`outbox.admin.portal.mint_link`) and carry exactly one tenant. Their cookie is
@@ -17,9 +18,11 @@
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import hmac
 import secrets
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,8 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
+from outbox._db.connection import connect
+from outbox.admin import sessions
 from outbox.admin.portal import InvalidToken, WebSettings, open_link, open_token, sign, signing_key
 from outbox.web.errors import CsrfRefused, NotAuthenticated, error_response
 
@@ -73,6 +78,20 @@ def _claims(request: Request, cookie: str, role: str) -> dict[str, Any] | None:
         return None
     if role == "operator" and claims.get("tag") != _token_tag(settings):
         return None
+    if not isinstance(claims.get("sid"), str):  # minted before sessions could end
+        return None
+    return claims
+
+
+def _live(request: Request, claims: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``claims`` unless a logout ended their session (one lookup per request, on a
+    connection of its own: only cookie sessions pay it, never Bearer calls)."""
+    if claims is None:
+        return None
+    settings = web_settings(request)
+    with connect(settings, autocommit=True) as conn:
+        if sessions.is_revoked(conn, claims["sid"], schema=settings.schema_name):
+            return None
     return claims
 
 
@@ -91,7 +110,7 @@ def require_operator(request: Request) -> None:
             request.state.auth = "bearer"
             return
         raise NotAuthenticated("operator")
-    claims = _claims(request, OPERATOR_COOKIE, "operator")
+    claims = _live(request, _claims(request, OPERATOR_COOKIE, "operator"))
     if claims is None:
         raise NotAuthenticated("operator")
     request.state.auth = "cookie"
@@ -100,7 +119,7 @@ def require_operator(request: Request) -> None:
 
 def require_portal(request: Request) -> str:
     """Dependency: the tenant of the request's portal session, else 401."""
-    claims = _claims(request, PORTAL_COOKIE, "portal")
+    claims = _live(request, _claims(request, PORTAL_COOKIE, "portal"))
     if claims is None or not isinstance(claims.get("tenant"), str):
         raise NotAuthenticated("portal")
     request.state.auth = "cookie"
@@ -151,7 +170,7 @@ def _set_cookie(response: Response, request: Request, name: str, value: str, max
 
 
 def _session_cookie(settings: WebSettings, claims: dict[str, Any], seconds: int) -> str:
-    claims = {**claims, "csrf": secrets.token_urlsafe(24)}
+    claims = {**claims, "csrf": secrets.token_urlsafe(24), "sid": secrets.token_urlsafe(24)}
     return sign(claims, signing_key(settings, "session"), time.time() + seconds)
 
 
@@ -160,6 +179,49 @@ def _safe_next(target: str | None) -> str:
     if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
         return "/"
     return target
+
+
+class LoginGuard:
+    """At most ``limit`` failed sign-ins per client address per ``window`` seconds; past
+    that, ``POST /login`` answers 429 with ``Retry-After`` without looking at the token
+    (guessing stops). In memory, per process: with N processes the limit is N times; a
+    proxy in front must pass the client address (``--forwarded-allow-ips``)."""
+
+    def __init__(self, limit: int = 10, window: float = 300.0) -> None:
+        self.limit, self.window = limit, window
+        self._failures: dict[str, collections.deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def _recent(self, client: str, now: float) -> collections.deque[float]:
+        times = self._failures.setdefault(client, collections.deque())
+        while times and times[0] <= now - self.window:
+            times.popleft()
+        return times
+
+    def wait(self, client: str) -> int:
+        """Seconds until ``client`` may try again (0: now)."""
+        now = time.monotonic()
+        with self._lock:
+            times = self._recent(client, now)
+            if len(times) < self.limit:
+                if not times:
+                    self._failures.pop(client, None)
+                return 0
+            return max(1, int(times[0] + self.window - now) + 1)
+
+    def failed(self, client: str) -> None:
+        with self._lock:
+            self._recent(client, time.monotonic()).append(time.monotonic())
+            if len(self._failures) > 100_000:  # bounded memory under a spray of addresses
+                self._failures.clear()
+
+
+def _login_guard(request: Request) -> tuple[LoginGuard, str]:
+    """The app's guard and this request's client address."""
+    guard = getattr(request.app.state, "login_guard", None)
+    if guard is None:
+        guard = request.app.state.login_guard = LoginGuard()
+    return guard, request.client.host if request.client else ""
 
 
 @router.get("/login", response_class=HTMLResponse)
@@ -188,7 +250,15 @@ def login(request: Request, token: str = Form(""), csrf_token: str = Form(""),
         raise CsrfRefused()
     settings = web_settings(request)
     target = _safe_next(next)
+    guard, client = _login_guard(request)
+    wait = guard.wait(client)
+    if wait:
+        refused = _login_form(request, target, "Too many failed sign-ins: wait, then try "
+                              "again.", 429)
+        refused.headers["Retry-After"] = str(wait)
+        return refused
     if not is_admin_token(settings, token):
+        guard.failed(client)
         return _login_form(request, target, "That is not the admin token.", 401)
     root = request.scope.get("root_path", "")
     response = RedirectResponse(root + target, status_code=303)
@@ -201,13 +271,19 @@ def login(request: Request, token: str = Form(""), csrf_token: str = Form(""),
 
 @router.post("/logout")
 async def logout(request: Request) -> Response:
-    """End the operator and portal sessions of this browser (CSRF-checked when signed in)."""
-    expected = [c["csrf"] for c in (_claims(request, OPERATOR_COOKIE, "operator"),
-                                    _claims(request, PORTAL_COOKIE, "portal")) if c]
-    if expected:
+    """End the operator and portal sessions of this browser (CSRF-checked when signed in):
+    on the server (:mod:`outbox.admin.sessions`: a copy of the cookie is refused from now
+    on) and in the browser (the cookies are deleted)."""
+    live = [c for c in (_claims(request, OPERATOR_COOKIE, "operator"),
+                        _claims(request, PORTAL_COOKIE, "portal")) if c]
+    if live:
         given = (await _given_csrf(request)).encode()
-        if not any(hmac.compare_digest(given, str(e).encode()) for e in expected):
+        if not any(hmac.compare_digest(given, str(c["csrf"]).encode()) for c in live):
             raise CsrfRefused()
+        settings = web_settings(request)
+        with connect(settings, autocommit=True) as conn:
+            for claims in live:
+                sessions.revoke(conn, claims["sid"], claims["exp"], schema=settings.schema_name)
     root = request.scope.get("root_path", "")
     response = RedirectResponse(root + "/login", status_code=303)
     for name in (OPERATOR_COOKIE, PORTAL_COOKIE):

@@ -7,7 +7,7 @@ import dataclasses
 import datetime as dt
 import decimal
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Annotated, Any
 
 import psycopg
@@ -44,6 +44,14 @@ def portal_allow_networks(settings: WebSettings) -> tuple[IPNetwork, ...]:
     """What a portal customer may register in: ``OUTBOX_PORTAL_ALLOW_NETWORKS`` (default
     none: public addresses only), never the operator's ``OUTBOX_ALLOW_NETWORKS``."""
     return parse_networks(settings.portal_allow_networks)
+
+
+def check_delivery_ids(ids: Iterable[int]) -> None:
+    """422 ``invalid_parameter`` for an id no delivery can have (not a positive bigint:
+    PostgreSQL would refuse it with an error, a 500)."""
+    for i in ids:
+        if not 0 < i < 2**63:
+            raise ApiError(422, "invalid_parameter", f"ids: {i} is not a delivery id")
 
 
 def when(name: str, value: str | None) -> dt.datetime | None:

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from outbox import errors
+from outbox.admin.endpoint_options import EndpointOptions
 from outbox.admin.events import EventNotFound
 from outbox.admin.portal import InvalidToken
 
@@ -27,6 +28,7 @@ _OUTBOX_ERRORS: list[tuple[type[Exception], int, str]] = [
     (errors.DeliveryNotFound, 404, "delivery_not_found"),
     (EventNotFound, 404, "event_not_found"),
     (errors.EventTypeNotFound, 404, "event_type_not_found"),
+    (errors.EventTypeExists, 409, "event_type_exists"),
     (errors.InvalidEventType, 422, "invalid_event_type"),
     (errors.InvalidEndpoint, 422, "invalid_endpoint"),
     (errors.InvalidEvent, 422, "invalid_parameter"),
@@ -87,18 +89,47 @@ async def _outbox_error(request: Request, exc: Exception) -> Response:
     return error_response(400, "refused", str(exc))
 
 
+# Body fields defined by outbox.admin.endpoint_options: refused as the library refuses them
+_ENDPOINT_FIELDS = frozenset({*EndpointOptions.model_fields, "headers"})
+
+
 async def _validation(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
     first: dict[str, Any] = exc.errors()[0] if exc.errors() else {}
-    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-    return error_response(422, "invalid_request", f"{where or 'request'}: {first.get('msg')}")
+    loc = tuple(first.get("loc", ()))
+    where = ".".join(str(p) for p in loc if p != "body")
+    code, shown = "invalid_request", ""
+    if (len(loc) >= 2 and loc[0] == "body" and loc[1] in _ENDPOINT_FIELDS
+            and first.get("type") != "extra_forbidden"):
+        code = "invalid_endpoint"
+        got = first.get("input")
+        if loc[1] != "headers" and isinstance(got, int | float):  # never echo text back
+            shown = f" (got {got!r})"
+    return error_response(422, code, f"{where or 'request'}: {first.get('msg')}{shown}")
 
 
 async def _http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     code = _HTTP_CODES.get(exc.status_code, "error")
-    return error_response(exc.status_code, code, str(exc.detail),
-                          headers=dict(exc.headers or {}))
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:  # every method of the path, not the first route's alone
+        headers["Allow"] = ", ".join(allowed_methods(request))
+    return error_response(exc.status_code, code, str(exc.detail), headers=headers)
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """The methods some route of the app answers at this request's path."""
+    root = request.scope.get("root_path", "")
+    path = request.url.path[len(root):] if root else request.url.path
+    found: set[str] = set()
+    for route in request.app.router.routes:
+        contexts = getattr(route, "effective_route_contexts", None)
+        candidates = contexts() if contexts is not None else [route]
+        for ctx in candidates:
+            regex = getattr(ctx, "path_regex", None)
+            if regex is not None and regex.match(path):
+                found.update(getattr(ctx, "methods", None) or ())
+    return sorted(found)
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:

@@ -5,11 +5,33 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import Body
+from fastapi import Body, Path
 from pydantic import BaseModel, ConfigDict, Field
 
+from outbox.admin.endpoint_options import TEXT_PATTERN, EndpointOptions, Headers
+
 _Types = list[str] | None
-_Headers = dict[str, str] | None
+_Headers = Headers | None
+# A delivery id (a bigint): the routes refuse others with 422 invalid_parameter
+# (outbox.web.deps.check_delivery_ids); the schema states the range.
+DeliveryId = Annotated[int, Field(json_schema_extra={"minimum": 1, "maximum": 2**53 - 1})]
+# The forms the server parses (outbox.admin._timeparse), stated for clients; the routes check.
+DURATION: dict[str, Any] = {"pattern": "^[0-9]{1,3}[smhd]$"}
+EXPIRES: dict[str, Any] = {  # 1 minute .. 30 days
+    "pattern": "^([1-9][0-9]{0,3}m|([1-9]|[1-5][0-9]{1,2}|6[0-9]{2}|7[01][0-9]|720)h"
+               "|([1-9]|[12][0-9]|30)d)$"}
+UUID: dict[str, Any] = {"format": "uuid", "pattern": "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-"
+                        "[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}
+BASE_URL: dict[str, Any] = {  # what outbox.admin.portal.mint_link takes
+    "pattern": "^https?://[A-Za-z0-9]([A-Za-z0-9.-]{0,60}[A-Za-z0-9])?(:[1-9][0-9]{0,3})?"
+               "(/[A-Za-z0-9._~-]+)*/?$"}
+TYPE: dict[str, Any] = {"minLength": 1, "pattern": "^[A-Za-z0-9][A-Za-z0-9._:/-]*$"}
+TENANT: dict[str, Any] = {"minLength": 1, "maxLength": 128,
+                          "pattern": TEXT_PATTERN}
+WHEN: dict[str, Any] = {
+    "pattern": "^([1-9][0-9]{0,2}[smhd]|(19[7-9][0-9]|20[0-9]{2})-(0[1-9]|1[0-2])-"
+        "(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]Z)$",
+    "description": "a time ago (90s, 30m, 2h, 7d) or an ISO 8601 time after 1970"}
 
 
 class Strict(BaseModel):
@@ -26,18 +48,20 @@ class PortalEndpointIn(Strict):
     secret: str | None = Field(default=None, max_length=200)
 
 
-class EndpointIn(PortalEndpointIn):
-    """``POST /api/endpoints``: as ``outbox endpoints add``."""
+def options_of(body: BaseModel) -> EndpointOptions:
+    """The :class:`~outbox.admin.endpoint_options.EndpointOptions` fields of a request body."""
+    return EndpointOptions(**body.model_dump(include=set(EndpointOptions.model_fields)))
 
-    tenant: str | None = None
+
+class EndpointIn(PortalEndpointIn, EndpointOptions):
+    """``POST /api/endpoints``: as ``outbox endpoints add`` (the delivery options are
+    :class:`~outbox.admin.endpoint_options.EndpointOptions`'s, ranges included)."""
+
+    tenant: str | None = Field(default=None, json_schema_extra=TENANT)
     all_tenants: bool = False
-    max_attempts: int | None = None
-    retry_base_seconds: float | None = None
-    retry_cap_seconds: float | None = None
-    timeout_seconds: float | None = None
-    max_in_flight: int | None = None
-    rate_limit: float | None = None
-    rate_burst: int | None = None
+    # requests per second across every worker, and how many at once above that
+    rate_limit: float | None = Field(default=None, gt=0, le=1_000_000, allow_inf_nan=False)
+    rate_burst: int | None = Field(default=None, ge=1, le=1_000_000)
 
 
 class PortalEndpointPatch(Strict):
@@ -50,18 +74,14 @@ class PortalEndpointPatch(Strict):
     clear_headers: bool = False
     description: str | None = Field(default=None, max_length=1000)
     # requests per second (the portal: the tenant's own, at most the operator's)
-    rate_limit: float | None = None
+    rate_limit: float | None = Field(default=None, gt=0, le=1_000_000, allow_inf_nan=False)
     clear_rate_limit: bool = False
 
 
-class EndpointPatch(PortalEndpointPatch):
+class EndpointPatch(PortalEndpointPatch, EndpointOptions):
     """``PATCH /api/endpoints/{id}``: as ``outbox endpoints update``."""
 
-    max_attempts: int | None = None
-    retry_base_seconds: float | None = None
-    retry_cap_seconds: float | None = None
-    timeout_seconds: float | None = None
-    rate_burst: int | None = None
+    rate_burst: int | None = Field(default=None, ge=1, le=1_000_000)
 
 
 class DisableIn(Strict):
@@ -71,7 +91,7 @@ class DisableIn(Strict):
 class RotateIn(Strict):
     """``grace``: how long the old secret keeps signing (``24h``, ``0s``...)."""
 
-    grace: str = Field(default="24h", max_length=32)
+    grace: str = Field(default="24h", max_length=32, json_schema_extra=DURATION)
     force: bool = False
 
 
@@ -79,12 +99,12 @@ class ReplayIn(Strict):
     """``POST /api/dead/replay``: the selectors of ``outbox replay``. Without ``confirm``
     it is a dry run: what would be replayed, nothing changed."""
 
-    ids: list[int] = Field(default_factory=list, max_length=10000)
-    endpoint: str | None = Field(default=None, max_length=64)
-    event_type: str | None = Field(default=None, max_length=128)
-    since: str | None = Field(default=None, max_length=64)
-    until: str | None = Field(default=None, max_length=64)
-    tenant: str | None = None
+    ids: list[DeliveryId] = Field(default_factory=list, max_length=10000)
+    endpoint: str | None = Field(default=None, max_length=64, json_schema_extra=UUID)
+    event_type: str | None = Field(default=None, max_length=128, json_schema_extra=TYPE)
+    since: str | None = Field(default=None, max_length=64, json_schema_extra=WHEN)
+    until: str | None = Field(default=None, max_length=64, json_schema_extra=WHEN)
+    tenant: str | None = Field(default=None, json_schema_extra=TENANT)
     all: bool = False
     enable_endpoints: bool = False
     confirm: bool = False
@@ -94,30 +114,30 @@ class SkipIn(Strict):
     """``POST /api/dead/skip``: dead heads of ordered keys to give up on (``outbox dead
     skip``); ``tenant`` refuses ids of other tenants' events."""
 
-    ids: list[int] = Field(min_length=1, max_length=1000)
-    tenant: str | None = None
+    ids: list[DeliveryId] = Field(min_length=1, max_length=1000)
+    tenant: str | None = Field(default=None, json_schema_extra=TENANT)
 
 
 class PortalLinkIn(Strict):
     """``POST /api/portal-links``: a link to ``tenant``'s portal, valid for ``expires``;
-    ``base_url`` defaults to the URL this request came in on."""
+    ``base_url`` defaults to ``OUTBOX_PUBLIC_URL``; without either it is refused (422)."""
 
-    tenant: str
-    expires: str = Field(default="1h", max_length=32)
-    base_url: str | None = Field(default=None, max_length=2048)
+    tenant: str = Field(json_schema_extra=TENANT)
+    expires: str = Field(default="1h", max_length=32, json_schema_extra=EXPIRES)
+    base_url: str | None = Field(default=None, max_length=2048, json_schema_extra=BASE_URL)
 
 
 class PortalSkipIn(Strict):
-    ids: list[int] = Field(min_length=1, max_length=1000)
+    ids: list[DeliveryId] = Field(min_length=1, max_length=1000)
 
 
 class PortalReplayIn(Strict):
     """``POST /api/portal/replay``: the customer's own dead deliveries (``ids``, or those
     of one of its ``endpoint``s, or all since ``since``); dry run unless ``confirm``."""
 
-    ids: list[int] = Field(default_factory=list, max_length=1000)
-    endpoint: str | None = Field(default=None, max_length=64)
-    since: str | None = Field(default=None, max_length=64)
+    ids: list[DeliveryId] = Field(default_factory=list, max_length=1000)
+    endpoint: str | None = Field(default=None, max_length=64, json_schema_extra=UUID)
+    since: str | None = Field(default=None, max_length=64, json_schema_extra=WHEN)
     all: bool = False
     confirm: bool = False
 
@@ -126,17 +146,23 @@ OptionalDisable = Annotated[DisableIn | None, Body()]
 OptionalRotate = Annotated[RotateIn | None, Body()]
 
 
+# An event type's name, as emit's grammar has it (outbox._emit.event.check_type).
+TYPE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$"
+TypeName = Annotated[str, Path(max_length=128, pattern=TYPE_NAME_PATTERN)]
+_Tenants = list[Annotated[str, Field(json_schema_extra=TENANT)]] | None
+
+
 class EventTypeIn(Strict):
     """``POST /api/types``: as ``outbox types add``. ``schema``: a JSON Schema (draft
     2020-12) object; ``tenants``: whom the portal offers it to (null: every tenant)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    name: str = Field(max_length=128)
+    name: str = Field(max_length=128, pattern=TYPE_NAME_PATTERN)
     json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
-    description: str | None = Field(default=None, max_length=2000)
+    description: str | None = Field(default=None, max_length=2000, pattern="^[^\x00]*$")
     example: Any = None
-    tenants: list[str] | None = Field(default=None, max_length=1000)
+    tenants: _Tenants = Field(default=None, max_length=1000)
 
 
 class EventTypePatch(Strict):
@@ -146,7 +172,7 @@ class EventTypePatch(Strict):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
-    description: str | None = Field(default=None, max_length=2000)
+    description: str | None = Field(default=None, max_length=2000, pattern="^[^\x00]*$")
     example: Any = None
     deprecated: bool | None = None
-    tenants: list[str] | None = Field(default=None, max_length=1000)
+    tenants: _Tenants = Field(default=None, max_length=1000)

@@ -3,10 +3,11 @@
 A portal link is ``/portal/enter?token=...``: whoever reads the token before it expires
 can open that tenant's portal. An access log records the query string, so
 :class:`RedactTokens` rewrites every ``token=`` value of a log record (its message and its
-arguments: uvicorn's access log passes the path as an argument) to ``token=[redacted]``.
-``outbox serve`` installs it on ``uvicorn.access`` (:func:`uvicorn_log_config`); an
-application that mounts the app, or a proxy in front of it, must redact its own logs
-(docs/guides/console.md says how).
+arguments: uvicorn's access log passes the path as an argument) to ``token=[redacted]``,
+whatever the spelling the server would decode to ``token`` (``TOKEN=``, ``%74oken=``,
+``tok%65n%3D``...). ``outbox serve`` installs it on ``uvicorn.access``
+(:func:`uvicorn_log_config`); an application that mounts the app, or a proxy in front of
+it, must redact its own logs (docs/guides/console.md says how).
 """
 
 from __future__ import annotations
@@ -16,7 +17,16 @@ import logging
 import re
 from typing import Any
 
-_TOKEN = re.compile(r"((?:^|[?&;])token=)[^&;\s\"]*", re.IGNORECASE)
+
+def _spellings(word: str) -> str:
+    """A pattern matching ``word`` with any of its letters percent-encoded (``%74oken``):
+    the server decodes them, so each spelling is the same parameter."""
+    return "".join(f"(?:{c}|%{ord(c.lower()):02x}|%{ord(c.upper()):02x})" for c in word)
+
+
+# the name in any spelling, then "=" (or %3D), then the value up to the next separator
+_TOKEN = re.compile(r"((?:^|[?&;])" + _spellings("token") + r"(?:=|%3d))[^&;\s\"]*",
+                    re.IGNORECASE)
 REDACTED = "[redacted]"
 
 

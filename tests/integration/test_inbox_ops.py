@@ -17,7 +17,8 @@ from tests.support.cli import execute, invoke
 from tests.support.pg import SCHEMA
 
 SENDER = {"endpoints", "events", "deliveries", "delivery_attempts", "schema_migrations",
-          "captures", "endpoint_flow", "event_types", "event_catalog"}
+          "captures", "endpoint_flow", "event_types", "event_catalog", "endpoint_repairs",
+          "web_sessions_revoked"}
 INBOX = {"inbox", "inbox_migrations"}
 
 

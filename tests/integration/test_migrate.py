@@ -24,7 +24,8 @@ def _tables(url: str, schema: str) -> set[str]:
 
 EXPECTED = {"endpoints", "events", "deliveries", "delivery_attempts", "schema_migrations",
             "captures",  # a view (migration 0011)
-            "event_types", "event_catalog", "endpoint_flow"}
+            "event_types", "event_catalog", "endpoint_flow", "endpoint_repairs",
+            "web_sessions_revoked"}
 
 
 def test_second_run_is_a_no_op(blank_db_url: str) -> None:

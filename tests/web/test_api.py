@@ -294,7 +294,11 @@ def test_portal_delivery_log_and_replay(db_url: str, app: FastAPI,
 
 
 def test_portal_links_from_the_api(api: TestClient, anon: TestClient) -> None:
-    made = api.post("/api/portal-links", json={"tenant": "acme", "expires": "5m"})
+    # never from the Host header: base_url, or OUTBOX_PUBLIC_URL (tests/web/test_sessions.py)
+    refused = api.post("/api/portal-links", json={"tenant": "acme", "expires": "5m"})
+    assert refused.status_code == 422 and "base_url" in refused.json()["error"]["message"]
+    made = api.post("/api/portal-links", json={"tenant": "acme", "expires": "5m",
+                                               "base_url": "https://testserver"})
     assert made.status_code == 201 and made.json()["tenant"] == "acme"
     url = made.json()["url"]
     assert url.startswith("https://testserver/portal/enter?token=")

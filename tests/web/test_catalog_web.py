@@ -54,7 +54,7 @@ def test_operator_api_register_update_deprecate_remove(api: TestClient) -> None:
 
 
 @pytest.mark.parametrize(("method", "path", "body", "status", "code"), [
-    ("POST", "/api/types", {"name": "bad name"}, 422, "invalid_event_type"),
+    ("POST", "/api/types", {"name": "bad name"}, 422, "invalid_request"),
     ("POST", "/api/types", {"name": "a", "schema": {"type": 3}}, 422, "invalid_event_type"),
     ("POST", "/api/types", {"name": "a", "schema": SCHEMA_OBJ, "example": {}}, 422,
      "invalid_event_type"),

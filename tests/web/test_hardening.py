@@ -18,6 +18,7 @@ from uvicorn.logging import AccessFormatter
 from outbox.admin.portal import WebSettings, mint_link
 from outbox.errors import ConfigurationError
 from outbox.web import create_app
+from outbox.web.app import CSP
 from outbox.web.redact import RedactTokens, redact, uvicorn_log_config
 from tests.support.cli import invoke
 from tests.web.conftest import World, enter_portal, new_client, snapshot
@@ -77,7 +78,8 @@ def test_portal_enter_sends_no_referrer_and_no_store(anon: TestClient,
 @pytest.mark.parametrize("path", ["/login", "/healthz", "/api/endpoints", "/portal/expired"])
 def test_answers_may_be_framed_only_by_their_own_origin(anon: TestClient, path: str) -> None:
     answer = anon.get(path)
-    assert answer.headers["content-security-policy"] == "frame-ancestors 'self'"
+    assert answer.headers["content-security-policy"] == CSP
+    assert "script-src 'none'" in CSP and "frame-ancestors 'self'" in CSP
     assert answer.headers["x-frame-options"] == "SAMEORIGIN"
     assert answer.headers["x-content-type-options"] == "nosniff"
 

@@ -118,6 +118,7 @@ from outbox._db.queries.schema import (
     SET_SEARCH_PATH,
     SHOW_SEARCH_PATH,
 )
+from outbox._db.queries.sessions import SESSION_PRUNE, SESSION_REVOKE, SESSION_REVOKED
 from outbox._db.queries.testing import EVENT_IDS_SINCE, EVENTS_SINCE
 
 __all__ = [
@@ -195,6 +196,9 @@ __all__ = [
     "REPLAY_BATCH",
     "RESTORE_SEARCH_PATH",
     "ROUTES",
+    "SESSION_PRUNE",
+    "SESSION_REVOKE",
+    "SESSION_REVOKED",
     "SET_SEARCH_PATH",
     "SHOW_SEARCH_PATH",
     "SQL_EMIT_STATEMENT",

@@ -95,6 +95,7 @@ UPDATE {schema}.endpoints
        retry_base_seconds = COALESCE(%(retry_base_seconds)s::float8, retry_base_seconds),
        retry_cap_seconds = COALESCE(%(retry_cap_seconds)s::float8, retry_cap_seconds),
        timeout_seconds = COALESCE(%(timeout_seconds)s::float8, timeout_seconds),
+       max_in_flight = COALESCE(%(max_in_flight)s::integer, max_in_flight),
        ordered = COALESCE(%(ordered)s::boolean, ordered),
        rate_limit = CASE WHEN %(clear_rate_limit)s THEN NULL
                          ELSE COALESCE(%(rate_limit)s::float8, rate_limit) END,
