@@ -33,7 +33,8 @@ PUBLIC: dict[str, set[str]] = {
     },
     "outbox.errors": {
         "ConfigurationError", "DatabaseError", "DatabaseUnavailable", "DeliveryNotFound",
-        "EndpointNotFound", "EventTypeExists", "EventTypeNotFound", "InvalidEndpoint", "InvalidEvent",
+        "EndpointNotFound", "EventTypeExists", "EventTypeNotFound", "InvalidEndpoint",
+        "InvalidEvent",
         "InvalidEventType", "InvalidSignature",
         "InvalidWebhook", "MalformedWebhook", "MigrationError", "NotInTransaction",
         "OperationRefused", "OutboxError", "SchemaMissing",
