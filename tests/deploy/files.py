@@ -41,6 +41,7 @@ METRICS = {
     "outbox_in_flight": "gauge",
     "outbox_claimed_per_poll": "histogram",
     "outbox_database_errors_total": "counter",
+    "outbox_poisoned_total": "counter",
 }
 SERIES = {
     name + suffix

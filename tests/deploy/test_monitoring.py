@@ -86,7 +86,8 @@ def alert_rules() -> dict[str, dict[str, Any]]:
 
 def test_alerts_use_only_the_worker_metrics() -> None:
     rules = alert_rules()
-    assert set(rules) == {"OutboxDeliveriesPilingUp", "OutboxEndpointFailing"}
+    assert set(rules) == {"OutboxDeliveriesPilingUp", "OutboxEndpointFailing",
+                          "OutboxDeliveryPoisoned"}
     for rule in rules.values():
         names = promql_selectors(rule["expr"])
         assert set(names) <= SERIES, set(names) - SERIES
@@ -101,6 +102,7 @@ def test_alerts_use_only_the_worker_metrics() -> None:
     assert "by (endpoint)" in failing["expr"]
     assert re.search(r"\)\s*>\s*0\.5\b", failing["expr"])
     assert duration_seconds(failing["for"]) == 900
+    assert "outbox_poisoned_total" in rules["OutboxDeliveryPoisoned"]["expr"]
 
 
 def test_promtool_checks_and_unit_tests_the_alerts() -> None:
