@@ -1,6 +1,6 @@
-"""The claim: leases due deliveries fairly across endpoints, within each endpoint's budget
-(this process's free slots and the endpoint's send tokens), and places fresh rows of ordered
-endpoints; all in one statement, in the claim's one transaction."""
+"""The claim: one statement that leases due deliveries fairly across endpoints, within each
+endpoint's budget (this process's free slots and the endpoint's send tokens), and places
+fresh rows of ordered endpoints; and the rotation position it carries in its transaction."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Is work due: the drain's exit test, and the idle worker's wake-up (LISTEN, the sentinel's
-arming, the next due time) on its own listening connection."""
+"""Whether work is due (the drain's exit test, the next due time), and the idle worker's
+wake-up on its own listening connection (LISTEN, the session probe, the sentinel's arming,
+disarming and hand-over)."""
 
 from __future__ import annotations
 
