@@ -2,7 +2,7 @@
 for every worker; ``Retry-After`` pauses it as a whole.
 
 The state lives in the endpoint's ``endpoint_flow`` row (migrations/0008_flow_control.sql),
-which every claim reads (delivery/queries.py BUDGET), so one process's signal slows all
+which every claim reads (delivery/queries/claim.py BUDGET), so one process's signal slows all
 processes and hosts at their next claim. Pure bookkeeping here; the worker runs the
 statement (:data:`outbox.delivery.queries.THROTTLE`) as a side task.
 

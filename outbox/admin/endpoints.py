@@ -16,28 +16,30 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import psycopg
 from psycopg.rows import class_row, tuple_row
-from psycopg.types.json import Jsonb
 
 from outbox._db import queries
 from outbox._db.connection import render, translated
-from outbox._destinations import BROKER_SCHEMES, is_broker, parse_broker_url, split_credentials
 from outbox._emit.event import new_id
 from outbox._security.secretbox import SecretBox
-from outbox._security.ssrf import (
-    ALLOW_SETTING,
-    BlockedAddress,
-    IPNetwork,
-    ResolutionFailed,
-    check_url_sync,
+from outbox._security.ssrf import IPNetwork
+from outbox.admin._endpoint_checks import (
+    URL_MAX_LENGTH,
+    check_destination,
+    positive,
+    rate_params,
+    shared_params,
+    split_url,
+    validate_headers,
+    validate_text,
+    validate_url,
 )
-from outbox.admin._routing import validate_filters, validate_scope
-from outbox.admin.endpoint_options import EndpointOptions, check_headers
+from outbox.admin._endpoint_types import Created, Endpoint, Rotated, Updated
+from outbox.admin._routing import validate_scope
+from outbox.admin.endpoint_options import EndpointOptions
 from outbox.errors import EndpointNotFound, InvalidEndpoint, OperationRefused
 from outbox.settings import get_settings
 from outbox.signing import decode_secret, generate_secret
@@ -63,166 +65,20 @@ __all__ = [
     "validate_url",
 ]
 
-URL_MAX_LENGTH = 2048
 #: Who may enable or disable an endpoint (``data.by`` of the operational event).
 ACTORS = ("operator", "tenant")
 
 
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    """An endpoint as stored, without its secrets (those are never read back)."""
-
-    id: uuid.UUID
-    url: str
-    description: str
-    tenant: str | None  # None: tenant-less, or every tenant if all_tenants
-    all_tenants: bool
-    event_types: list[str] | None
-    headers: dict[str, str]
-    enabled: bool
-    disabled_reason: str | None
-    max_attempts: int | None
-    retry_base_seconds: float | None
-    retry_cap_seconds: float | None
-    timeout_seconds: float | None
-    max_in_flight: int | None
-    ordered: bool  # deliveries of events sharing a key go one at a time, in order
-    previous_secret_expires_at: dt.datetime | None
-    created_at: dt.datetime
-    updated_at: dt.datetime
-    # Flow control (docs/guides/flow-control.md): requests per second across every worker,
-    # the burst above it (None: one second's worth), the tenant's own lower limit.
-    rate_limit: float | None = None
-    rate_burst: int | None = None
-    tenant_rate_limit: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Created:
-    """``add``'s result; ``secret`` is set only when outbox generated it (shown once).
-    ``warnings``: e.g. the host did not resolve at registration (see module doc)."""
-
-    endpoint: Endpoint
-    secret: str | None
-    warnings: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Updated:
-    """``update``'s result, with registration warnings as for :class:`Created`."""
-
-    endpoint: Endpoint
-    warnings: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Rotated:
-    """``rotate_secret``'s result: the new secret (shown once) and when the old one stops
-    signing (``endpoint.previous_secret_expires_at``)."""
-
-    endpoint: Endpoint
-    secret: str
-
-
-def validate_url(url: str, *, allow_brokers: bool = True) -> str:
-    """``url`` if it is an absolute http(s) URL with a host and no credentials, or (unless
-    not ``allow_brokers``) a broker URL :func:`~outbox._destinations.parse_broker_url`
-    accepts, credentials allowed."""
-    if not isinstance(url, str) or not url.strip():
-        raise InvalidEndpoint("endpoint URL is empty")
-    if len(url) > URL_MAX_LENGTH:
-        raise InvalidEndpoint(f"endpoint URL is {len(url)} characters, over {URL_MAX_LENGTH}")
-    if any(ord(c) <= 32 or ord(c) == 127 for c in url):
-        raise InvalidEndpoint("endpoint URL contains spaces or control characters")
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        raise InvalidEndpoint(f"endpoint URL is malformed: {exc}") from exc
-    if parts.scheme.lower() in BROKER_SCHEMES:
-        if not allow_brokers:
-            raise InvalidEndpoint("endpoint URL must be http:// or https:// here (a"
-                                  f" {parts.scheme}:// destination is an operator's to register)")
-        parse_broker_url(url)
-        return url
-    if parts.scheme not in ("http", "https"):
-        raise InvalidEndpoint(
-            "endpoint URL must be absolute http:// or https:// (or amqp, amqps, nats, redis,"
-            f" rediss), got {parts.scheme or 'none'!r}"
-        )
-    if not parts.hostname:
-        raise InvalidEndpoint("endpoint URL has no host")
-    if parts.username is not None or parts.password is not None:
-        raise InvalidEndpoint("endpoint URL must not contain credentials (user:pass@)")
-    if parts.fragment:
-        raise InvalidEndpoint("endpoint URL must not contain a #fragment")
-    if port == 0:
-        raise InvalidEndpoint("endpoint URL port must be 1-65535")
-    return url
-
-
-def validate_text(name: str, value: str | None, *, max_length: int = 1000) -> str | None:
-    """``value`` (a description, a disable reason) if it is text PostgreSQL can store and
-    a terminal can show: no NUL or other control character (tab and newlines allowed), no
-    lone surrogate, at most ``max_length`` characters; else :class:`InvalidEndpoint`."""
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise InvalidEndpoint(f"{name} must be a string")
-    if len(value) > max_length:
-        raise InvalidEndpoint(f"{name} is {len(value)} characters, over {max_length}")
-    if any((ord(c) < 32 and c not in "\t\n\r") or 127 <= ord(c) < 160 for c in value):
-        raise InvalidEndpoint(f"{name} contains a control character (NUL, ESC...)")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidEndpoint(f"{name} holds a lone surrogate (not valid UTF-8)") from None
-    return value
-
-
-def validate_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
-    """Custom headers sent with every delivery; reserved and malformed ones are refused
-    (the rules: :func:`outbox.admin.endpoint_options.check_headers`)."""
-    try:
-        return check_headers(headers)
-    except ValueError as exc:
-        raise InvalidEndpoint(str(exc)) from None
-
-
-def validate_options(options: EndpointOptions | None = None, **values: Any) -> dict[str, Any]:
-    """Every :class:`~outbox.admin.endpoint_options.EndpointOptions` field as a SQL parameter:
-    ``options``' values, overridden by the ``values`` that are not ``None``; refused with
-    :class:`InvalidEndpoint` naming each bad one (a NaN, an infinity, out of range)."""
-    merged = options.given() if options is not None else {}
-    merged.update({k: v for k, v in values.items() if v is not None})
-    try:
-        return EndpointOptions.checked(merged).model_dump()
-    except ValueError as exc:
-        raise InvalidEndpoint(str(exc)) from None
-
-
-def check_destination(url: str, allow_networks: Sequence[IPNetwork]) -> tuple[str, ...]:
-    """Registration-time SSRF check of ``url`` (already validated by :func:`validate_url`).
-
-    Raises :class:`InvalidEndpoint` if the host is or resolves to an address that is not
-    public and not in ``allow_networks``; returns a one-line warning if the host cannot be
-    resolved now (the worker checks again before every connection), else ``()``.
-    """
-    try:
-        check_url_sync(url, allow_networks)
-    except BlockedAddress as exc:
-        raise InvalidEndpoint(
-            f"endpoint URL {url} resolves to {exc.address} ({exc.reason}); "
-            f"set {ALLOW_SETTING} to allow it"
-        ) from None
-    except ResolutionFailed as exc:
-        return (f"{exc}; registered anyway, the worker checks the address before each "
-                "delivery",)
-    return ()
-
-
 # The ENDPOINT_* queries return queries.ENDPOINT_COLUMNS: Endpoint's fields, by name.
 _ENDPOINT_ROW = class_row(Endpoint)
+
+
+def _one(conn: psycopg.Connection[Any], statement: str, schema: str,
+         params: Mapping[str, Any] | tuple[Any, ...]) -> Endpoint | None:
+    """The endpoint row ``statement`` returns, None if none."""
+    with translated(), conn.cursor(row_factory=_ENDPOINT_ROW) as cur:
+        cur.execute(render(statement, schema), params)
+        return cur.fetchone()
 
 
 def add(
@@ -268,21 +124,16 @@ def add(
     ``options``; keyword arguments given win. Their ranges: :mod:`outbox.admin.endpoint_options`.
     """
     validate_url(url, allow_brokers=allow_brokers)
-    stored_url, credentials = _split(url)
+    stored_url, credentials = split_url(url)
     params = {
-        "id": new_id(),
-        "url": stored_url,
+        "id": new_id(), "url": stored_url,
         "description": validate_text("description", description),
-        "tenant": validate_scope(tenant, all_tenants),
-        "all_tenants": bool(all_tenants),
-        "event_types": validate_filters(event_types),
-        "headers": Jsonb(validate_headers(headers)),
-        **validate_options(options, max_attempts=max_attempts,
-                           retry_base_seconds=retry_base_seconds,
-                           retry_cap_seconds=retry_cap_seconds,
-                           timeout_seconds=timeout_seconds, max_in_flight=max_in_flight),
-        "ordered": _flag("ordered", ordered),
-        **_rate_params(rate_limit, rate_burst),
+        "tenant": validate_scope(tenant, all_tenants), "all_tenants": bool(all_tenants),
+        **shared_params(event_types, headers, ordered, options, max_attempts=max_attempts,
+                        retry_base_seconds=retry_base_seconds,
+                        retry_cap_seconds=retry_cap_seconds,
+                        timeout_seconds=timeout_seconds, max_in_flight=max_in_flight),
+        **rate_params(rate_limit, rate_burst),
     }
     generated = secret is None
     the_secret = generate_secret() if secret is None else secret
@@ -290,44 +141,9 @@ def add(
     params["secret"] = _box(box).seal(the_secret)
     params["url_credentials"] = _box(box).seal(credentials) if credentials else None
     warnings = () if allow_networks is None else check_destination(stored_url, allow_networks)
-    with translated(), conn.cursor(row_factory=_ENDPOINT_ROW) as cur:
-        cur.execute(render(queries.ENDPOINT_INSERT, schema), params)
-        row = cur.fetchone()
+    row = _one(conn, queries.ENDPOINT_INSERT, schema, params)
     assert row is not None
     return Created(row, the_secret if generated else None, warnings)
-
-
-def _split(url: str) -> tuple[str, str | None]:
-    """A broker URL without its credentials, and them; an HTTP URL as it is."""
-    return split_credentials(url) if is_broker(url) else (url, None)
-
-
-def _positive(name: str, value: float | None, upper: float | None = None) -> Any:
-    if value is None:
-        return None
-    if value <= 0 or (upper is not None and value > upper):
-        bound = f" and at most {upper:g}" if upper is not None else ""
-        raise InvalidEndpoint(f"{name} must be positive{bound}, got {value}")
-    return value
-
-
-def _rate_params(rate_limit: float | None, rate_burst: int | None, *,
-                 has_rate: bool = False) -> dict[str, Any]:
-    """Validated rate limit settings (a burst needs a rate, given or ``has_rate``: alone it
-    limits nothing)."""
-    if rate_burst is not None and rate_limit is None and not has_rate:
-        raise InvalidEndpoint("rate_burst needs rate_limit (requests per second)")
-    if rate_burst is not None and (isinstance(rate_burst, bool)
-                                   or not isinstance(rate_burst, int)):
-        raise InvalidEndpoint(f"rate_burst must be a whole number, got {rate_burst!r}")
-    return {"rate_limit": _positive("rate_limit", rate_limit, upper=1_000_000),
-            "rate_burst": _positive("rate_burst", rate_burst, upper=1_000_000)}
-
-
-def _flag(name: str, value: bool | None) -> bool | None:
-    if value is not None and not isinstance(value, bool):
-        raise InvalidEndpoint(f"{name} must be True or False, got {value!r}")
-    return value
 
 
 def list_all(conn: psycopg.Connection[Any], *, schema: str, tenant: str | None = None
@@ -356,9 +172,7 @@ def parse_id(endpoint_id: str | uuid.UUID) -> uuid.UUID:
 def get(conn: psycopg.Connection[Any], endpoint_id: str | uuid.UUID, *, schema: str) -> Endpoint:
     """One endpoint, or :class:`EndpointNotFound`."""
     eid = parse_id(endpoint_id)
-    with translated(), conn.cursor(row_factory=_ENDPOINT_ROW) as cur:
-        cur.execute(render(queries.ENDPOINT_GET, schema), (eid,))
-        row = cur.fetchone()
+    row = _one(conn, queries.ENDPOINT_GET, schema, (eid,))
     if row is None:
         raise EndpointNotFound(f"no endpoint {eid}")
     return row
@@ -385,9 +199,7 @@ def set_enabled(
         raise InvalidEndpoint(f"actor must be one of {', '.join(ACTORS)}, not {actor!r}")
     params = {"id": eid, "enabled": enabled, "reason": None if enabled else (reason or "manual"),
               "actor": actor}
-    with translated(), conn.cursor(row_factory=_ENDPOINT_ROW) as cur:
-        cur.execute(render(queries.ENDPOINT_SET_ENABLED, schema), params)
-        row = cur.fetchone()
+    row = _one(conn, queries.ENDPOINT_SET_ENABLED, schema, params)
     if row is None:
         raise EndpointNotFound(f"no endpoint {eid}")
     return row
@@ -440,29 +252,24 @@ def update(
     credentials: str | None = None
     if url is not None:
         validate_url(url, allow_brokers=allow_brokers)
-        url, credentials = _split(url)
+        url, credentials = split_url(url)
     params = {
         "id": eid, "url": url,
         "url_credentials": _box(box).seal(credentials) if credentials else None,
         "description": validate_text("description", description),
-        "set_types": bool(event_types) or all_event_types,
-        "event_types": validate_filters(event_types),
-        "headers": Jsonb(validate_headers(headers)), "clear_headers": clear_headers,
-        **validate_options(options, max_attempts=max_attempts,
-                           retry_base_seconds=retry_base_seconds,
-                           retry_cap_seconds=retry_cap_seconds,
-                           timeout_seconds=timeout_seconds, max_in_flight=max_in_flight),
-        "ordered": _flag("ordered", ordered),
-        **_rate_params(rate_limit, rate_burst, has_rate=rate_limit is None and (
+        "set_types": bool(event_types) or all_event_types, "clear_headers": clear_headers,
+        **shared_params(event_types, headers, ordered, options, max_attempts=max_attempts,
+                        retry_base_seconds=retry_base_seconds,
+                        retry_cap_seconds=retry_cap_seconds,
+                        timeout_seconds=timeout_seconds, max_in_flight=max_in_flight),
+        **rate_params(rate_limit, rate_burst, has_rate=rate_limit is None and (
             rate_burst is None or get(conn, eid, schema=schema).rate_limit is not None)),
         "clear_rate_limit": bool(clear_rate_limit),
     }
     warnings: tuple[str, ...] = ()
     if url is not None and allow_networks is not None:
         warnings = check_destination(url, allow_networks)
-    with translated(), conn.cursor(row_factory=_ENDPOINT_ROW) as cur:
-        cur.execute(render(queries.ENDPOINT_UPDATE, schema), params)
-        row = cur.fetchone()
+    row = _one(conn, queries.ENDPOINT_UPDATE, schema, params)
     if row is None:
         raise EndpointNotFound(f"no endpoint {eid}")
     return Updated(row, warnings)
@@ -481,7 +288,7 @@ def set_tenant_rate_limit(
     :class:`InvalidEndpoint`, nothing written). An endpoint of another tenant, or of every
     tenant, is :class:`EndpointNotFound`, as if absent."""
     validate_scope(tenant, all_tenants=False)
-    limit = _positive("rate_limit", rate_limit, upper=1_000_000)
+    limit = positive("rate_limit", rate_limit, upper=1_000_000)
     current = get(conn, endpoint_id, schema=schema)
     if current.tenant != tenant or current.all_tenants:
         raise EndpointNotFound(f"no endpoint {endpoint_id}")
@@ -489,9 +296,7 @@ def set_tenant_rate_limit(
         raise InvalidEndpoint(f"rate_limit {limit:g}/s is above this endpoint's limit of "
                               f"{current.rate_limit:g}/s")
     params = {"id": current.id, "tenant": tenant, "limit": limit}
-    with translated(), conn.cursor(row_factory=_ENDPOINT_ROW) as cur:
-        cur.execute(render(queries.ENDPOINT_SET_TENANT_RATE_LIMIT, schema), params)
-        row = cur.fetchone()
+    row = _one(conn, queries.ENDPOINT_SET_TENANT_RATE_LIMIT, schema, params)
     if row is None:  # the operator lowered its limit meanwhile
         raise InvalidEndpoint("rate_limit is above this endpoint's limit")
     return row
@@ -523,9 +328,7 @@ def rotate_secret(
     current = get(conn, eid, schema=schema)
     params = {"id": eid, "grace": grace.total_seconds(), "secret": _box(box).seal(new_secret),
               "force": force}
-    with translated(), conn.cursor(row_factory=_ENDPOINT_ROW) as cur:
-        cur.execute(render(queries.ENDPOINT_ROTATE_SECRET, schema), params)
-        row = cur.fetchone()
+    row = _one(conn, queries.ENDPOINT_ROTATE_SECRET, schema, params)
     if row is None:
         until = current.previous_secret_expires_at
         when = until.isoformat(timespec="seconds") if until else "its expiry"

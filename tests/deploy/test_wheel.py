@@ -32,6 +32,7 @@ def test_only_top_level_name_is_outbox(wheel: Path) -> None:
     assert "outbox/delivery/worker.py" in names
     assert "outbox/delivery/py.typed" in names
     assert "outbox/delivery/transports/amqp.py" in names
+    assert "outbox/delivery/queries/claim.py" in names
     assert "outbox/migrations/0001_initial.sql" in names
     top_level = next(n for n in names if n.endswith(".dist-info/top_level.txt"))
     assert zipfile.ZipFile(wheel).read(top_level).decode().split() == ["outbox"]

@@ -1,5 +1,5 @@
 """The claim's per-endpoint budgets: free slots of this process, and the send tokens of a
-rate-limited endpoint shared by every claim (delivery/queries.py BUDGET)."""
+rate-limited endpoint shared by every claim (delivery/queries/claim.py BUDGET)."""
 
 from __future__ import annotations
 

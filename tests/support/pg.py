@@ -47,5 +47,5 @@ def outbox_migrations(url: str, schema: str = SCHEMA) -> list[tuple[Any, ...]]:
 
 
 # The claim's budget parameters for a test that reads the claim alone (no worker): nothing
-# in flight, no cap (delivery/queries.py BUDGET). Rate limits and pauses still apply.
+# in flight, no cap (delivery/queries/claim.py BUDGET). Rate limits and pauses still apply.
 UNBUDGETED = {"used_ids": [], "used_counts": [], "default_cap": 1 << 30}

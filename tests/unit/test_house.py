@@ -187,3 +187,15 @@ def test_every_statement_of_the_registry_is_exported() -> None:
         names = {n for n in vars(module) if re.fullmatch(r"[A-Z][A-Z0-9_]+", n)}
         missing = names - set(queries.__all__)
         assert not missing, f"{info.name}: not re-exported by outbox._db.queries: {missing}"
+
+
+def test_every_statement_of_the_worker_registry_is_exported() -> None:
+    from outbox.delivery import queries
+
+    for info in pkgutil.iter_modules(queries.__path__, "outbox.delivery.queries."):
+        module = importlib.import_module(info.name)
+        names = {n for n in vars(module) if re.fullmatch(r"[A-Z][A-Z0-9_]+", n)}
+        missing = names - set(queries.__all__)
+        assert not missing, f"{info.name}: not re-exported by outbox.delivery.queries: {missing}"
+        unbound = {n for n in names if getattr(queries, n) is not getattr(module, n)}
+        assert not unbound, f"{info.name}: outbox.delivery.queries.NAME differs: {unbound}"

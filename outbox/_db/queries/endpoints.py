@@ -154,7 +154,7 @@ RETURNING"""
 )
 
 # Flow control state per endpoint (outbox.admin.flow; migrations/0008_flow_control.sql). The
-# allowed rate as the claim computes it (delivery/queries.py BUDGET): the lower of the
+# allowed rate as the claim computes it (delivery/queries/claim.py BUDGET): the lower of the
 # fixed limits and the adaptive rate while it applies (60 s after its last cut); NULL:
 # unlimited. Throttled: an adaptive rate or a pause in force. By primary key.
 _FLOW_COLUMNS = """

@@ -1,0 +1,281 @@
+"""The claim: one statement that leases due deliveries fairly across endpoints, within each
+endpoint's budget (this process's free slots and the endpoint's send tokens), and places
+fresh rows of ordered endpoints; and the rotation position it carries in its transaction."""
+
+from __future__ import annotations
+
+from outbox._db import queries as core
+
+# The claim: lease up to %(limit)s due deliveries, fairly across endpoints.
+#
+# Leases. Each claimed row's visible_at moves to now() + lease, so a crashed worker's rows
+# come back once the lease expires (no reaper, no heartbeat); lease_token is this claim's
+# fencing token. FOR UPDATE SKIP LOCKED: concurrent claims never take the same row.
+#
+# Fairness (the noisy neighbour). A single FIFO by visible_at hands a burst of
+# 100,000 rows for one endpoint to every claim until it drains, so every other endpoint
+# waits behind it. This claim takes rows in two parts:
+#
+# 1. ring: a rotation over the endpoints that have pending rows, a skip scan over the
+#    partial index deliveries_pending_by_endpoint (endpoint_id, visible_at): each step
+#    is one index descent to the first entry of the next endpoint_id, which is also
+#    that endpoint's oldest pending visible_at. It starts just after the endpoint where
+#    this connection's previous claim stopped, wraps around once, and stops after
+#    %(limit)s endpoints with due rows or greatest(4 * limit, 100) endpoints in all
+#    (endpoints holding only future rows, such as scheduled retries, are passed over at
+#    one descent each, and a busy worker's small claims still look past a crowd of them).
+#    picked: from each visited endpoint whose oldest row is due,
+#    its k oldest due rows (one descent each), k = limit / (due endpoints visited), so
+#    the ring never takes more than limit rows; never more than the endpoint's budget
+#    (BUDGET, below: this process's free slots there and the endpoint's send tokens).
+# 2. fill: the rest of the capacity from the global oldest-due FIFO (the partial index
+#    deliveries_due: its oldest 2 * limit due rows, read unlocked, then locked by primary
+#    key with SKIP LOCKED and re-checked), skipping the rows the ring took (SKIP LOCKED
+#    does not skip this transaction's own locks) and each endpoint's rows beyond what is
+#    left of its budget. A lone burst still drains at full claim size, up to its budget.
+#
+# Fairness unit: the endpoint (so the tenant, as far as tenants have their own
+# endpoints). While at most `limit` endpoints have due rows and at most
+# greatest(4 * limit, 100) have pending rows, every claim visits all of them: a quiet
+# endpoint's due row is claimed by the next claim, whatever the backlog of the others.
+# With more, each connection's ring moves on by up to `limit` due endpoints a claim, so
+# every endpoint with due work is visited within ceil(endpoints with due rows / limit)
+# claims of a connection, or ceil(endpoints with pending rows / greatest(4 * limit, 100))
+# when most hold only future rows (and sooner through the fill, if its rows are oldest).
+# Endpoints whose rows are all parked (visible_at = infinity: disabled) are not in the
+# index and cost the ring nothing;
+# endpoints with only future rows (retries, leases, an open breaker) cost one descent.
+#
+# Cost: at most greatest(4 * limit, 100) descents for the ring, `limit` for picked, and a
+# fill that walks the due index from its oldest entry past the rows the ring took and the
+# rows other claims hold locked (SKIP LOCKED steps over them), plus the updates:
+# proportional to the claim and the concurrency, not to the backlog, the history or the
+# number of endpoints (tests/integration/
+# test_claim_plan.py: EXPLAIN with 5,000 endpoints, 50,000 delivered rows; bench.history).
+#
+# The rotation's position is a transaction-local setting (outbox.claim_after): the worker
+# sets it before the claim (CLAIM_POSITION_SET), the claim moves it (set_config in
+# `share`) and the worker reads it back after (CLAIM_POSITION_GET), all in the claim's one
+# pipelined transaction (outbox.delivery.connections): the result's columns are Job's
+# fields, so the claim cannot report where the ring stopped, and a random start would not
+# rotate: endpoint ids are UUIDv7 (time-ordered), so a random uuid falls above nearly all
+# of them and every claim would begin at the oldest endpoint. A worker process rotates as
+# one, from the lowest endpoint id at its start; nothing is left on the server connection.
+#
+# Alternatives considered: a per-tenant or per-endpoint queue table (a second write on
+# every emit and a hot row per busy endpoint); DISTINCT ON / GROUP BY endpoint_id over the
+# due rows (reads the whole backlog); a window function ranking each endpoint's due rows
+# (same); the skip scan with visible_at <= now() in the step (walks every not-due row of
+# the endpoints it passes: unbounded); a random start (see above).
+#
+# Plan shape, pinned rather than left to statistics (stale when autovacuum lags or is
+# off): every CTE that locks is MATERIALIZED, and the UPDATE finds its rows by primary key
+# (= ANY of the claimed ids), so the planner cannot lock or update more rows than the
+# LIMITs (PostgreSQL bug #15715); each claimed row fetches its event and endpoint by
+# primary key (LATERAL ... LIMIT 1 cannot be flattened into a hash join). The update's
+# one-time condition on `share` makes the rotation's position advance on every claim,
+# even one that takes nothing through the ring.
+#
+# Ordered endpoints (design in migrations/0005_ordered.sql): `fresh` takes the
+# oldest greatest(4 * limit, 100) 'fresh' deliveries (committed emits to ordered endpoints,
+# not yet placed), one descent of the partial index deliveries_fresh each (a keyset walk:
+# a plain ORDER BY id LIMIT n lets statistics that under- or overstate the fresh rows pick
+# a bitmap scan and a sort of every fresh row), and `placed` hands each
+# key's ids to ordered_place, keys in their advisory locks' order: a key without a head
+# gets its oldest queued delivery as head ('pending'), and the given rows become 'waiting'
+# (by primary key; the key's other fresh rows stay fresh for a later claim). A key whose
+# lock another transaction holds is passed over (a try lock), its rows stay fresh. What it
+# promotes is claimable from the next claim on (this statement's snapshot does not see it;
+# NEXT_DUE reports fresh rows as due, so an idle worker claims again at once). Its cost:
+# one descent of the empty partial index deliveries_fresh when nothing is fresh; else per
+# key one probe of deliveries_key_head and one of deliveries_queued_by_key, and an update
+# of the picked rows: O(limit) rows, never a key's backlog. 'fresh' and 'waiting' rows
+# are in neither claim index: a key's backlog behind its head (retrying, or dead) costs
+# the ring and the fill nothing.
+# Its columns are named after Job's fields (outbox.delivery.store.job_row matches them by
+# name and refuses a result that is not a Job); the secrets are opened in Python.
+
+# The claim's per-endpoint budgets (its `budget` CTE): for each endpoint the claim may take
+# rows of (the ring's due endpoints and the fill's candidates), how many it may take:
+#   slots:  this process's free in-flight slots there, its cap (max_in_flight, else
+#           %(default_cap)s) minus what it has in flight (%(used_ids)s / %(used_counts)s;
+#           an endpoint whose breaker is open here is passed with a huge count: 0 slots);
+#   tokens: when the endpoint is flow-controlled (a fixed rate limit, an adaptive rate in
+#           force, a Retry-After pause: migrations/0008_flow_control.sql), the whole
+#           endpoint's send budget across every process: its endpoint_flow row, locked
+#           FOR UPDATE SKIP LOCKED (a row another claim holds gives 0 this time), refilled
+#           at the rate since refilled_at up to the burst; `took` writes back what is left.
+# So a process never claims rows it cannot start at once, and rows beyond the budget stay
+# in the database (no claim, no hand-back write). Each endpoint costs two primary-key
+# probes of endpoints and endpoint_flow (a third, the lock, when controlled).
+# The adaptive rate (AIMD) grows linearly from the last decrease and stops applying 60 s
+# after it; a fixed limit is its ceiling. While it applies the burst is 0.1 s of it (at
+# least 1): a throttled endpoint gets an even flow, not a second's worth at once (a
+# receiver counting a sliding second would see rate + burst and answer 429 again).
+BUDGET = """
+    SELECT e.endpoint_id, s.metered,
+           greatest(0, least(COALESCE(ep.max_in_flight, %(default_cap)s) - COALESCE(u.n, 0),
+                             CASE WHEN NOT s.controlled THEN 2147483647
+                                  WHEN fl.endpoint_id IS NULL
+                                       OR fl.paused_until > now() THEN 0
+                                  WHEN r.rate IS NULL THEN 2147483647
+                                  ELSE floor(r.tokens) END))::int AS n,
+           r.tokens
+      FROM (SELECT endpoint_id FROM ring WHERE oldest <= now()
+            UNION SELECT endpoint_id FROM cand) e
+     CROSS JOIN LATERAL (
+          SELECT max_in_flight, rate_burst, least(rate_limit, tenant_rate_limit) AS fixed
+            FROM {schema}.endpoints p WHERE p.id = e.endpoint_id LIMIT 1) ep
+      LEFT JOIN LATERAL (
+          SELECT f.paused_until, f.decreased_at FROM {schema}.endpoint_flow f
+           WHERE f.endpoint_id = e.endpoint_id LIMIT 1) seen ON true
+     CROSS JOIN LATERAL (
+          SELECT COALESCE(ep.fixed IS NOT NULL OR seen.paused_until > now()
+                          OR seen.decreased_at > now() - interval '60 seconds', false)
+                     AS controlled) c0
+      LEFT JOIN LATERAL (
+          SELECT * FROM {schema}.endpoint_flow f
+           WHERE f.endpoint_id = e.endpoint_id AND c0.controlled
+             FOR UPDATE SKIP LOCKED) fl ON true
+     CROSS JOIN LATERAL (
+          SELECT c0.controlled, fl.endpoint_id IS NOT NULL AS metered) s
+     CROSS JOIN LATERAL (
+          SELECT CASE WHEN fl.decreased_at > now() - interval '60 seconds'
+                      THEN fl.adaptive_rate + COALESCE(fl.increase_per_second, 0)
+                           * EXTRACT(EPOCH FROM now() - fl.decreased_at)::float8
+                 END AS adaptive) a
+     CROSS JOIN LATERAL (
+          SELECT least(ep.fixed, a.adaptive) AS rate,
+                 greatest(1, CASE WHEN a.adaptive IS NULL THEN COALESCE(ep.rate_burst, ep.fixed)
+                                  ELSE 0.1 * least(ep.fixed, a.adaptive) END) AS burst) rb
+     CROSS JOIN LATERAL (
+          SELECT rb.rate,
+                 least(rb.burst, fl.tokens + rb.rate * greatest(0, EXTRACT(
+                     EPOCH FROM now() - fl.refilled_at)::float8)) AS tokens) r
+      LEFT JOIN (SELECT * FROM unnest(%(used_ids)s::uuid[], %(used_counts)s::int[])
+                   AS u(endpoint_id, n)) u ON u.endpoint_id = e.endpoint_id
+"""
+
+_PENDING = "state = 'pending' AND visible_at < 'infinity'"  # deliveries_pending_by_endpoint
+_LAST_UUID = "'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid"
+CLAIM = ("""
+WITH RECURSIVE ring (endpoint_id, oldest, n, due, wrapped, after) AS (
+    (SELECT head.endpoint_id, head.visible_at, 1, (head.visible_at <= now())::int,
+            head.wrapped, cur.after
+       FROM (SELECT NULLIF(current_setting('outbox.claim_after', true), '')::uuid
+                 AS after) cur
+      CROSS JOIN LATERAL (
+          (SELECT endpoint_id, visible_at, false AS wrapped FROM {schema}.deliveries
+            WHERE PENDING AND endpoint_id > cur.after
+            ORDER BY endpoint_id, visible_at LIMIT 1)
+          UNION ALL
+          (SELECT endpoint_id, visible_at, true FROM {schema}.deliveries
+            WHERE PENDING
+            ORDER BY endpoint_id, visible_at LIMIT 1)
+          LIMIT 1) head)
+  UNION ALL
+    SELECT nxt.endpoint_id, nxt.visible_at, r.n + 1, r.due + (nxt.visible_at <= now())::int,
+           nxt.wrapped, r.after
+      FROM ring r
+     CROSS JOIN LATERAL (
+          (SELECT endpoint_id, visible_at, r.wrapped AS wrapped FROM {schema}.deliveries
+            WHERE PENDING AND endpoint_id > r.endpoint_id
+              AND endpoint_id <= CASE WHEN r.wrapped THEN COALESCE(r.after, LAST_UUID)
+                                      ELSE LAST_UUID END
+            ORDER BY endpoint_id, visible_at LIMIT 1)
+          UNION ALL
+          (SELECT endpoint_id, visible_at, true FROM {schema}.deliveries
+            WHERE NOT r.wrapped AND PENDING AND endpoint_id <= r.after
+            ORDER BY endpoint_id, visible_at LIMIT 1)
+          LIMIT 1) nxt
+     WHERE r.due < %(limit)s AND r.n < greatest(4 * %(limit)s, 100)),
+share AS MATERIALIZED (
+    SELECT %(limit)s / greatest(count(*) FILTER (WHERE oldest <= now()), 1) AS k,
+           set_config('outbox.claim_after',
+                      COALESCE((array_agg(endpoint_id ORDER BY n DESC))[1]::text,
+                               current_setting('outbox.claim_after', true), ''),
+                      true) AS after
+      FROM ring),
+cand AS MATERIALIZED (
+    SELECT id, endpoint_id, visible_at FROM {schema}.deliveries
+     WHERE state = 'pending' AND visible_at <= now()
+     ORDER BY visible_at
+     LIMIT 2 * %(limit)s),
+budget AS MATERIALIZED (""" + BUDGET + """),
+picked AS MATERIALIZED (
+    SELECT p.id, r.endpoint_id
+      FROM ring r
+      JOIN budget b ON b.endpoint_id = r.endpoint_id
+     CROSS JOIN LATERAL (
+          SELECT id FROM {schema}.deliveries
+           WHERE PENDING AND endpoint_id = r.endpoint_id AND visible_at <= now()
+           ORDER BY visible_at
+           LIMIT least((SELECT k FROM share), b.n)
+             FOR UPDATE SKIP LOCKED) p
+     WHERE r.oldest <= now() AND b.n > 0),
+fresh (id, endpoint_id, key, n) AS (
+    (SELECT id, endpoint_id, key, 1 FROM {schema}.deliveries
+      WHERE state = 'fresh' ORDER BY id LIMIT 1)
+  UNION ALL
+    SELECT nxt.id, nxt.endpoint_id, nxt.key, f.n + 1
+      FROM fresh f
+     CROSS JOIN LATERAL (
+          SELECT id, endpoint_id, key FROM {schema}.deliveries
+           WHERE state = 'fresh' AND id > f.id ORDER BY id LIMIT 1) nxt
+     WHERE f.n < greatest(4 * %(limit)s, 100)),
+placed AS MATERIALIZED (
+    SELECT {schema}.ordered_place(f.endpoint_id, f.key, f.ids) AS promoted
+      FROM (SELECT endpoint_id, key, array_agg(id ORDER BY id) AS ids FROM fresh
+             GROUP BY endpoint_id, key) f
+     ORDER BY LOCK_ORDER_F),
+fill AS MATERIALIZED (
+    SELECT d.id, d.endpoint_id FROM {schema}.deliveries d
+     WHERE d.id = ANY (ARRAY(
+          SELECT c.id
+            FROM (SELECT c.id, c.visible_at, b.n - COALESCE(t.n, 0) AS room,
+                         row_number() OVER (PARTITION BY c.endpoint_id
+                                            ORDER BY c.visible_at) AS rn
+                    FROM cand c
+                    JOIN budget b ON b.endpoint_id = c.endpoint_id
+                    LEFT JOIN (SELECT endpoint_id, count(*) AS n FROM picked
+                                GROUP BY endpoint_id) t ON t.endpoint_id = c.endpoint_id
+                   WHERE c.id <> ALL (ARRAY(SELECT id FROM picked))) c
+           WHERE c.rn <= c.room
+           ORDER BY c.visible_at
+           LIMIT greatest(%(limit)s - (SELECT count(*) FROM picked), 0)))
+       AND d.state = 'pending' AND d.visible_at <= now()
+       FOR UPDATE SKIP LOCKED),
+took AS (
+    UPDATE {schema}.endpoint_flow f
+       SET tokens = b.tokens - COALESCE(t.n, 0), refilled_at = greatest(now(), f.refilled_at)
+      FROM budget b
+      LEFT JOIN (SELECT endpoint_id, count(*) AS n
+                   FROM (SELECT endpoint_id FROM picked UNION ALL
+                         SELECT endpoint_id FROM fill) x
+                  GROUP BY endpoint_id) t ON t.endpoint_id = b.endpoint_id
+     WHERE f.endpoint_id = b.endpoint_id AND b.metered AND b.tokens IS NOT NULL),
+claimed AS (
+    UPDATE {schema}.deliveries d
+       SET visible_at = now() + make_interval(secs => %(lease)s),
+           attempts = d.attempts + 1,
+           lease_token = %(token)s
+     WHERE d.id = ANY (ARRAY(SELECT id FROM picked UNION ALL SELECT id FROM fill))
+       AND (SELECT after IS NOT NULL FROM share) AND (SELECT count(*) FROM placed) >= 0
+    RETURNING d.id, d.event_id, d.endpoint_id, d.attempts, d.lease_token)
+SELECT c.id AS delivery_id, c.attempts AS attempt, c.lease_token AS token, c.event_id,
+       ev.type AS event_type, ev.payload::text AS payload, ev.created_at AS emitted_at,
+       ep.id AS endpoint_id, ep.url, ep.enabled, ep.secret,
+       CASE WHEN ep.previous_secret_expires_at > now() THEN ep.previous_secret END
+           AS previous_secret,
+       ep.headers, ep.max_attempts, ep.retry_base_seconds, ep.retry_cap_seconds,
+       ep.timeout_seconds, ep.max_in_flight, ev.traceparent, ep.url_credentials AS credentials
+  FROM claimed c
+  CROSS JOIN LATERAL (SELECT * FROM {schema}.events e
+                       WHERE e.id = c.event_id LIMIT 1) ev
+  CROSS JOIN LATERAL (SELECT * FROM {schema}.endpoints p
+                       WHERE p.id = c.endpoint_id LIMIT 1) ep
+""").replace("PENDING", _PENDING).replace("LAST_UUID", _LAST_UUID).replace(
+    "LOCK_ORDER_F", core.ORDERED_LOCK_ORDER.format(ep="f.endpoint_id", key="f.key"))
+
+CLAIM_POSITION_SET = "SELECT set_config('outbox.claim_after', %s, true)"
+CLAIM_POSITION_GET = "SELECT current_setting('outbox.claim_after', true)"

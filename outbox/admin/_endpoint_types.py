@@ -1,0 +1,64 @@
+"""The endpoint records the operations of :mod:`outbox.admin.endpoints` return (re-exported
+there, the public names)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """An endpoint as stored, without its secrets (those are never read back)."""
+
+    id: uuid.UUID
+    url: str
+    description: str
+    tenant: str | None  # None: tenant-less, or every tenant if all_tenants
+    all_tenants: bool
+    event_types: list[str] | None
+    headers: dict[str, str]
+    enabled: bool
+    disabled_reason: str | None
+    max_attempts: int | None
+    retry_base_seconds: float | None
+    retry_cap_seconds: float | None
+    timeout_seconds: float | None
+    max_in_flight: int | None
+    ordered: bool  # deliveries of events sharing a key go one at a time, in order
+    previous_secret_expires_at: dt.datetime | None
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    # Flow control (docs/guides/flow-control.md): requests per second across every worker,
+    # the burst above it (None: one second's worth), the tenant's own lower limit.
+    rate_limit: float | None = None
+    rate_burst: int | None = None
+    tenant_rate_limit: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Created:
+    """``add``'s result; ``secret`` is set only when outbox generated it (shown once).
+    ``warnings``: e.g. the host did not resolve at registration (see module doc)."""
+
+    endpoint: Endpoint
+    secret: str | None
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Updated:
+    """``update``'s result, with registration warnings as for :class:`Created`."""
+
+    endpoint: Endpoint
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Rotated:
+    """``rotate_secret``'s result: the new secret (shown once) and when the old one stops
+    signing (``endpoint.previous_secret_expires_at``)."""
+
+    endpoint: Endpoint
+    secret: str
