@@ -312,13 +312,13 @@ class Store:
         return await self._retrying(op)
 
     async def throttle(self, endpoint_id: uuid.UUID, observed: float, pause: float,
-                       sent_at: float) -> int:
+                       admitted_at: float) -> int:
         """Cut the endpoint's allowed rate for every worker and pause it ``pause`` seconds
         (:data:`outbox.delivery.queries.THROTTLE`); 1 if its state changed."""
         from outbox.delivery.throttle import DECREASE, INCREASE
 
         params = {"endpoint": endpoint_id, "observed": observed, "pause": pause,
-                  "sent_at": sent_at, "decrease": DECREASE, "increase": INCREASE}
+                  "admitted_at": admitted_at, "decrease": DECREASE, "increase": INCREASE}
 
         async def op(fresh: bool) -> int:
             async with self.connections.transaction(fresh=fresh) as conn:

@@ -8,9 +8,11 @@ statement (:data:`outbox.delivery.queries.THROTTLE`) as a side task.
 
 AIMD, as TCP's congestion control: a signal multiplies the endpoint's allowed rate by
 ``DECREASE`` (0.7) once per congestion event, however many processes and requests report
-it: only an answer to a request sent after the last cut cuts again (the others were
-already under way), as TCP cuts once per window; the rate then grows back linearly by
-``INCREASE`` (10%) of the rate it was cut to, each second without another cut.
+it: only an answer to a request claimed after the last cut, and a second or more after
+it, cuts again (the others were admitted under the old rate, or answer a receiver still
+counting the burst before the cut), as TCP cuts once per window; the rate then grows back
+linearly by ``INCREASE`` (10%) of the rate it was cut to (at least 1/s), each second
+without another cut.
 Multiplicative decrease gets under an unknown receiver limit in a few rounds from any
 start (0.7^n); additive increase probes back up gently, so the rate saws between 70%
 and 100% of what the receiver takes (about 85% on average, a cut every ~4 s). A
@@ -60,7 +62,7 @@ class Signal:
     endpoint_id: UUID
     observed: float
     pause: float
-    sent_at: float = 0.0  # time.time() when the answered request was sent
+    admitted_at: float = 0.0  # time.time() when the claim that took the request began
 
 
 def is_throttle(result: AttemptResult) -> bool:
@@ -82,9 +84,9 @@ class Throttle:
         self._seen: dict[UUID, _Seen] = {}
 
     def observe(self, endpoint: UUID, result: AttemptResult,
-                sent_at: float = 0.0) -> Signal | None:
-        """Count one attempt (sent at ``sent_at``, ``time.time()``); the signal to send if
-        it was a throttling answer."""
+                admitted_at: float = 0.0) -> Signal | None:
+        """Count one attempt (admitted by a claim that began at ``admitted_at``,
+        ``time.time()``); the signal to send if it was a throttling answer."""
         now = self._clock()
         seen = self._seen.get(endpoint)
         if seen is None:
@@ -112,4 +114,4 @@ class Throttle:
         seen.signalled_at = now
         if pause:
             seen.paused_until = max(seen.paused_until, now + pause)
-        return Signal(endpoint, float(max(seen.last_count, seen.count, 1)), pause, sent_at)
+        return Signal(endpoint, float(max(seen.last_count, seen.count, 1)), pause, admitted_at)

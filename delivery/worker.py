@@ -184,10 +184,11 @@ class Worker:
             # follow-up, a completion) that arrives while this claim or the idle loop's
             # next-due query runs stays set and makes the next wait return at once.
             self._wake.clear()
+            claimed_at = time.time()  # admission time (throttle: once per congestion event)
             jobs = await self.store.claim(limit, *self.gate.claim_budgets())
             self.stats["claimed"] += len(jobs)
             self.metrics.claimed_per_poll.observe(len(jobs))
-            started = sum(self._start(job) for job in jobs)
+            started = sum(self._start(job, claimed_at) for job in jobs)
             self.metrics.in_flight.set(len(self._inflight))
             if started < len(jobs):
                 self._deferred_at = time.monotonic()
@@ -210,7 +211,7 @@ class Worker:
             return False
         return not await self.store.any_due()
 
-    def _start(self, job: Job) -> bool:
+    def _start(self, job: Job, claimed_at: float) -> bool:
         """Send ``job`` now (True), or park it (disabled endpoint) or hand it back to the
         queue, counted (the claim budgets each endpoint's free slots, so this happens only
         when a breaker opened or half-opened between the claim and now)."""
@@ -219,15 +220,15 @@ class Worker:
             return False
         delay = self.gate.admit(job.endpoint_id, job.max_in_flight)
         if delay is None:
-            self._launch(job)
+            self._launch(job, claimed_at)
             return True
         self.metrics.handbacks.inc()
         self.stats["handbacks"] += 1
         self._record(defer(job, delay))
         return False
 
-    def _launch(self, job: Job) -> None:
-        task = asyncio.create_task(self._deliver(job))
+    def _launch(self, job: Job, claimed_at: float) -> None:
+        task = asyncio.create_task(self._deliver(job, claimed_at))
         self._inflight.add(task)
         task.add_done_callback(self._task_done)
 
@@ -282,8 +283,9 @@ class Worker:
         if not task.cancelled() and task.exception() is not None:
             log.error("delivery task failed", exc_info=task.exception())
 
-    async def _deliver(self, job: Job) -> None:
-        """Send ``job``, then record its completion. A retry is never due before the end
+    async def _deliver(self, job: Job, claimed_at: float) -> None:
+        """Send ``job`` (claimed by the claim that started at ``claimed_at``,
+        ``time.time()``), then record its completion. A retry is never due before the end
         of an open breaker's cooldown (the claims would not take it before anyway)."""
         failed, done = True, None
         try:
@@ -297,7 +299,7 @@ class Worker:
                 return
             # a 429 is an answer, not a failure: throttling handles it, not the breaker
             failed = result.verdict is Verdict.RETRY and result.status_code != 429
-            signal = self.throttle.observe(job.endpoint_id, result, sent_at)
+            signal = self.throttle.observe(job.endpoint_id, result, claimed_at)
             if signal is not None:
                 self._on_throttle(signal)
         finally:
@@ -320,7 +322,7 @@ class Worker:
         log.info("endpoint throttled%s", f": paused {signal.pause:.1f}s" if signal.pause else "",
                  extra={"endpoint_id": str(signal.endpoint_id)})
         self._side(self.store.throttle(signal.endpoint_id, signal.observed, signal.pause,
-                                       signal.sent_at))
+                                       signal.admitted_at))
         if signal.pause >= PUSH_PAUSE_SECONDS:  # idle workers then sleep through it
             self._side(self.store.push_endpoint(signal.endpoint_id, signal.pause))
 

@@ -16,15 +16,19 @@ UPDATE {schema}.deliveries
 # timed out. Cuts its allowed rate to DECREASE x the rate in force (the adaptive one while
 # it applies, else the fixed limit, else %(observed)s, what this process sent in its last
 # second), and restarts the linear growth -- once per congestion event, whoever reports
-# it: only for an answer to a request sent (%(sent_at)s, epoch seconds) after the last
-# cut, as TCP cuts once per window (the answers to requests already under way when the
-# rate was cut say nothing about the new rate), and at most every 0.25 s; with
+# it: only for an answer to a request admitted (claimed by a claim that began at
+# %(admitted_at)s, epoch seconds) after the last cut, as TCP cuts once per window (the
+# answers to requests claimed under the old rate say nothing about the new one), and at
+# most once a second (receivers limit per sliding second or longer, and remember what
+# they refused: a cut shows at the receiver only once its window has passed; measured:
+# cuts every 0.25 s collapsed the rate to its floor after one initial burst, whose 429s
+# went on for a second); with
 # %(pause)s > 0 (Retry-After, clamped) no claim takes its rows until then, and the bucket
 # starts empty at the pause's end (no burst the moment it lifts). One row, by primary key.
 THROTTLE = """
 UPDATE {schema}.endpoint_flow f
    SET adaptive_rate = CASE WHEN c.cut THEN c.rate ELSE f.adaptive_rate END,
-       increase_per_second = CASE WHEN c.cut THEN greatest(%(increase)s * c.rate, 0.1)
+       increase_per_second = CASE WHEN c.cut THEN greatest(%(increase)s * c.rate, 1.0)
                                   ELSE f.increase_per_second END,
        decreased_at = CASE WHEN c.cut THEN now() ELSE f.decreased_at END,
        tokens = CASE WHEN %(pause)s > 0 THEN 0
@@ -36,8 +40,8 @@ UPDATE {schema}.endpoint_flow f
                            THEN greatest(f.paused_until, now() + make_interval(secs => %(pause)s))
                            ELSE f.paused_until END,
        throttled_total = f.throttled_total + 1
-  FROM (SELECT COALESCE(f0.decreased_at <= now() - interval '0.25 seconds'
-                        AND f0.decreased_at < to_timestamp(%(sent_at)s), true) AS cut,
+  FROM (SELECT COALESCE(f0.decreased_at <= now() - interval '1 second'
+                        AND f0.decreased_at < to_timestamp(%(admitted_at)s), true) AS cut,
                greatest(1.0, %(decrease)s * COALESCE(
                    least(least(e.rate_limit, e.tenant_rate_limit),
                          CASE WHEN f0.decreased_at > now() - interval '60 seconds'

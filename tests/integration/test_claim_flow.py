@@ -83,8 +83,9 @@ def test_a_paused_endpoint_is_not_claimed(db_url: str) -> None:
 
 
 def test_throttle_cuts_once_per_congestion_event(db_url: str) -> None:
-    """A 429 cuts the rate to 0.7x; another 429 answering a request sent before that cut
-    (already under way) does not cut again; one sent after it does. A Retry-After pause
+    """A 429 cuts the rate to 0.7x; another 429 answering a request admitted before that
+    cut (claimed under the old rate) does not cut again, nor one within a second of it;
+    one admitted after it, a second later, does. A Retry-After pause
     empties the bucket until the pause's end."""
     import time
 
@@ -93,9 +94,9 @@ def test_throttle_cuts_once_per_congestion_event(db_url: str) -> None:
     endpoint = add_endpoint(db_url, "http://127.0.0.1:9/gw", rate_limit=100)
     sql = render(queries.THROTTLE, SCHEMA).encode()
 
-    def throttle(c: psycopg.Connection[Any], sent_at: float, pause: float = 0.0) -> int:
+    def throttle(c: psycopg.Connection[Any], admitted_at: float, pause: float = 0.0) -> int:
         return c.execute(sql, {"endpoint": endpoint, "observed": 500.0, "pause": pause,
-                               "sent_at": sent_at, "decrease": DECREASE,
+                               "admitted_at": admitted_at, "decrease": DECREASE,
                                "increase": INCREASE}).rowcount
 
     def state(c: psycopg.Connection[Any]) -> tuple[Any, ...]:
@@ -109,6 +110,7 @@ def test_throttle_cuts_once_per_congestion_event(db_url: str) -> None:
         before = time.time() - 5
         assert throttle(c, before) == 1
         assert state(c)[:2] == (70.0, 1)  # 0.7 x the fixed limit in force
+        assert throttle(c, time.time() + 1) == 0  # admitted after it, but within a second
         c.execute("UPDATE outbox.endpoint_flow SET decreased_at = now() - interval '1 s'")
         assert throttle(c, before) == 0  # sent before the cut: same congestion event
         assert state(c)[:2] == (70.0, 1)
