@@ -31,6 +31,13 @@ class Job:
     max_in_flight: int | None = None
     traceparent: str | None = None  # W3C trace context of the emitting span
     credentials: str | None = None  # a broker URL's user:pass, opened (never logged)
+    # The endpoint's credentials (outbox.admin._endpoint_auth), opened, never logged: secret
+    # headers {name: value}, the auth kind and its secret, the TLS client cert and key (PEM).
+    secret_headers: dict[str, str] | None = None
+    auth_kind: str | None = None
+    auth_secret: str | None = None
+    tls_client_cert: str | None = None
+    tls_client_key: str | None = None
 
     @property
     def webhook_id(self) -> str:

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from outbox._emit.event import new_id
-from outbox.admin.endpoints import Endpoint
+from outbox.admin.endpoints import DeliveryCredentials, Endpoint
 from outbox.delivery.jobs import Job
 from outbox.delivery.outcome import Verdict
 from outbox.delivery.request import send_job
@@ -53,10 +53,12 @@ class PingResult:
 
 
 def ping_job(endpoint: Endpoint, secrets: Sequence[str], now: dt.datetime,
-             credentials: str | None = None) -> Job:
+             credentials: str | None = None, auth: DeliveryCredentials | None = None) -> Job:
     """The one-attempt job for a ping of ``endpoint`` at ``now``, signed by ``secrets``
     (current first, then the previous one while its grace runs); ``credentials``: a broker
-    URL's (``outbox.endpoints.url_credentials``)."""
+    URL's (``outbox.endpoints.url_credentials``); ``auth``: the endpoint's secret headers,
+    auth and TLS client certificate (``outbox.endpoints.delivery_credentials``)."""
+    auth = auth if auth is not None else DeliveryCredentials()
     if not secrets:
         raise InvalidEndpoint(f"endpoint {endpoint.id} has no signing secret")
     body = json.dumps({"type": PING_TYPE, "timestamp": now.isoformat(timespec="seconds"),
@@ -68,17 +70,21 @@ def ping_job(endpoint: Endpoint, secrets: Sequence[str], now: dt.datetime,
         previous_secret=secrets[1] if len(secrets) > 1 else None, headers=endpoint.headers,
         max_attempts=1, retry_base_seconds=None, retry_cap_seconds=None,
         timeout_seconds=endpoint.timeout_seconds, credentials=credentials,
+        secret_headers=auth.secret_headers, auth_kind=auth.auth_kind,
+        auth_secret=auth.auth_secret, tls_client_cert=auth.tls_client_cert,
+        tls_client_key=auth.tls_client_key,
     )
 
 
 async def ping(settings: WorkerSettings, endpoint: Endpoint, secrets: Sequence[str], *,
-               transport: Transport | None = None, credentials: str | None = None
-               ) -> PingResult:
+               transport: Transport | None = None, credentials: str | None = None,
+               auth: DeliveryCredentials | None = None) -> PingResult:
     """Send one ping to ``endpoint`` (see module guarantees); ``transport`` defaults to a
     fresh worker transport, closed afterwards (a given one is left open). A broker
-    endpoint (``credentials``: its URL's) gets one published ``outbox.ping`` message."""
+    endpoint (``credentials``: its URL's) gets one published ``outbox.ping`` message.
+    ``auth``: as for :func:`ping_job` (the ping carries them like a delivery)."""
     now = dt.datetime.now(dt.UTC)
-    job = ping_job(endpoint, secrets, now, credentials)
+    job = ping_job(endpoint, secrets, now, credentials, auth)
     if transport is None:
         async with make_worker_transport(settings) as own:
             result = await send_job(own, job, settings, timestamp=int(now.timestamp()))

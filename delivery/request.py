@@ -8,6 +8,8 @@ broker scheme a publish of the same signed bytes and headers (:mod:`.transports`
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import functools
 
 from outbox._destinations import is_broker
@@ -22,12 +24,18 @@ from outbox.signing import webhook_headers
 def build_headers(job: Job, body: bytes, *, user_agent: str, timestamp: int) -> dict[str, str]:
     """Standard Webhooks headers, signed by the current secret and, during a rotation's
     grace period, the previous one too; ``Idempotency-Key`` equals ``webhook-id``.
-    The endpoint's custom headers come first and cannot override these. ``traceparent``
-    carries the emitting span's trace context when there was one (outbox._emit.tracing)."""
+    The endpoint's custom headers come first, then its secret headers and its auth's
+    ``Authorization`` (registration refuses names that would collide), and cannot
+    override these. ``traceparent`` carries the emitting span's trace context when there
+    was one (outbox._emit.tracing)."""
     secrets = (job.secret, job.previous_secret) if job.previous_secret else (job.secret,)
     msg_id = job.webhook_id
     # no custom headers: Accept-Encoding first, where send() looks for it (else it copies)
     headers = dict(job.headers) if job.headers else {"accept-encoding": "identity"}
+    if job.secret_headers:
+        headers.update(job.secret_headers)
+    if job.auth_secret is not None:
+        headers["authorization"] = authorization(job.auth_kind, job.auth_secret)
     headers.update(webhook_headers(secrets, msg_id, body, timestamp=timestamp))
     headers["idempotency-key"] = msg_id
     headers["content-type"] = "application/json"
@@ -35,6 +43,40 @@ def build_headers(job: Job, body: bytes, *, user_agent: str, timestamp: int) -> 
     if job.traceparent:
         headers["traceparent"] = job.traceparent
     return headers
+
+
+def authorization(kind: str | None, secret: str) -> str:
+    """The ``Authorization`` value of an endpoint's static auth: ``Basic`` base64 of
+    ``user:password`` (UTF-8, RFC 7617) or ``Bearer`` the token (RFC 6750)."""
+    if kind == "basic":
+        return "Basic " + base64.b64encode(secret.encode()).decode()
+    if kind == "bearer":
+        return "Bearer " + secret
+    raise ValueError(f"no static Authorization for auth kind {kind!r}")
+
+
+def _secrets(job: Job) -> list[str]:
+    """The values that must not reach an attempt log (a receiver may echo a request)."""
+    values = list(job.secret_headers.values()) if job.secret_headers else []
+    if job.auth_secret is not None:
+        values += [job.auth_secret, authorization(job.auth_kind, job.auth_secret).split()[1]]
+        values += job.auth_secret.split(":", 1)[1:] if job.auth_kind == "basic" else []
+    return [v for v in values if len(v) >= 4]
+
+
+def redacted(result: AttemptResult, job: Job) -> AttemptResult:
+    """``result`` with the endpoint's secret values in its response excerpt or error
+    replaced by ``[redacted]`` (a receiver that echoes the request back, or an error that
+    quotes it, must not put them in the attempt log, the console or the API)."""
+    if not (job.secret_headers or job.auth_secret):
+        return result
+    excerpt, error = result.response_excerpt, result.error
+    for value in _secrets(job):
+        excerpt = excerpt.replace(value, "[redacted]") if excerpt else excerpt
+        error = error.replace(value, "[redacted]") if error else error
+    if (excerpt, error) == (result.response_excerpt, result.error):
+        return result
+    return dataclasses.replace(result, response_excerpt=excerpt, error=error)
 
 
 _HTTP = ("http:", "https:")
@@ -55,15 +97,19 @@ async def send_job(transport: Transport, job: Job, settings: WorkerSettings,
     ``connect_timeout_seconds`` of it (reads are bounded by the total alone); at most
     ``response_body_cap`` bytes of the answer are kept. Never raises for a network or HTTP
     failure (see :func:`~.sender.send`). A broker URL is published to through
-    ``transport.brokers`` instead, under the same total timeout.
+    ``transport.brokers`` instead, under the same total timeout. An endpoint with a TLS
+    client certificate connects with it (:meth:`~.sender.Transport.client_ssl`); the
+    endpoint's secret values never reach the result (:func:`redacted`).
     """
     body = job.payload.encode()
     headers = build_headers(job, body, user_agent=settings.user_agent, timestamp=timestamp)
     total = settings.endpoint_timeout(job.timeout_seconds)
     if not job.url.startswith(_HTTP) and is_broker(job.url):
-        return await transport.brokers.send(job.url, job.credentials,
-                                            to_message(job, body, headers, timestamp),
-                                            total_timeout=total)
+        return redacted(await transport.brokers.send(
+            job.url, job.credentials, to_message(job, body, headers, timestamp),
+            total_timeout=total), job)
     timeout = _timeouts(min(total, settings.connect_timeout_seconds))
-    return await send(transport, job.url, body, headers, timeout=timeout, total_timeout=total,
-                      body_cap=settings.response_body_cap)
+    cert = (job.tls_client_cert, job.tls_client_key or "") if job.tls_client_cert else None
+    return redacted(await send(transport, job.url, body, headers, timeout=timeout,
+                               total_timeout=total, body_cap=settings.response_body_cap,
+                               client_cert=cert), job)

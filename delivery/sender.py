@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import ssl
 import time
 import zlib
 from collections.abc import Mapping
@@ -51,11 +52,15 @@ import aiohttp
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
+from outbox.admin._endpoint_auth import client_context
 from outbox.delivery.outcome import AttemptResult, classify_attempt
 from outbox.delivery.pinning import GuardedResolver
 from outbox.delivery.transports import Brokers
 
 DEFAULT_BODY_CAP = 16384
+CLIENT_CONTEXTS_MAX = 256
+ClientCert = tuple[str, str]
+"""A TLS client certificate (chain) and its private key, PEM."""
 _NO_HEADERS: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict())
 
 
@@ -200,6 +205,13 @@ class Transport:
     aiohttp is imported: ``SSL_CERT_FILE`` names a bundle to trust instead (one with a
     private CA, for internal receivers).
 
+    An endpoint with a TLS client certificate gets its own ``SSLContext`` (the default
+    checks, plus the certificate: :meth:`client_ssl`), one per distinct certificate and
+    key, passed per request: aiohttp pools connections per context, so a connection made
+    with one endpoint's certificate never serves another's request, and a rotated
+    certificate is used from the next claim on (at most :data:`CLIENT_CONTEXTS_MAX`
+    contexts are kept; the oldest is dropped first).
+
     The session is made on first use, inside the running loop; ``async with`` (or
     :meth:`aclose`) closes it and its connections, and the broker connections of
     :attr:`brokers` (the destinations whose URL is not http(s):
@@ -212,6 +224,7 @@ class Transport:
         self.resolver = resolver
         self._session: aiohttp.ClientSession | None = None
         self._urls: dict[str, URL] = {}
+        self._client_contexts: dict[ClientCert, ssl.SSLContext] = {}
         self.deadlines = Deadlines()
         self.brokers = Brokers(resolver)
 
@@ -241,14 +254,25 @@ class Transport:
             self.resolver.check_literal(parsed.raw_host or "")
         return parsed
 
+    def client_ssl(self, cert: ClientCert) -> ssl.SSLContext:
+        """The ``SSLContext`` presenting ``cert`` (made once per distinct pair)."""
+        context = self._client_contexts.get(cert)
+        if context is None:
+            if len(self._client_contexts) >= CLIENT_CONTEXTS_MAX:
+                del self._client_contexts[next(iter(self._client_contexts))]
+            context = self._client_contexts[cert] = client_context(*cert)
+        return context
+
     async def exchange(self, url: str, body: bytes, headers: Mapping[str, str],
-                       timeout: Timeouts, body_cap: int, into: _Exchange) -> None:
+                       timeout: Timeouts, body_cap: int, into: _Exchange,
+                       client_cert: ClientCert | None = None) -> None:
         """One POST; the status, headers and at most ``body_cap`` decoded body bytes land
         in ``into`` as they arrive (so a caller's deadline keeps what was read)."""
         session = self.session()
         async with session.request(
             "POST", self.target(url), data=body, headers=headers, allow_redirects=False,
             timeout=_client_timeout(timeout.connect, timeout.read),
+            ssl=True if client_cert is None else self.client_ssl(client_cert),
         ) as response:
             into.status = response.status
             into.headers = response.headers
@@ -288,8 +312,10 @@ async def send(
     timeout: Timeouts,
     total_timeout: float,
     body_cap: int = DEFAULT_BODY_CAP,
+    client_cert: ClientCert | None = None,
 ) -> AttemptResult:
     """POST ``body`` to ``url`` once and classify the outcome (see module guarantees).
+    ``client_cert``: present this TLS client certificate (:meth:`Transport.client_ssl`).
 
     ``duration_ms`` runs from just before the request to the end of the body read.
     ``response_excerpt`` is the kept body decoded as UTF-8 (invalid bytes replaced), so it
@@ -306,7 +332,7 @@ async def send(
     started = time.perf_counter()
     deadlines.add(task, asyncio.get_running_loop().time() + total_timeout)
     try:
-        await transport.exchange(url, body, headers, timeout, body_cap, exchange)
+        await transport.exchange(url, body, headers, timeout, body_cap, exchange, client_cert)
     except asyncio.CancelledError as exc:
         failure = exc
     except Exception as exc:

@@ -44,6 +44,10 @@ _JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
 _SECRET = _JOB_FIELDS.index("secret")  # previous_secret follows it
 assert _JOB_FIELDS[_SECRET + 1] == "previous_secret"
 _CREDENTIALS = _JOB_FIELDS.index("credentials")
+_SECRET_HEADERS = _JOB_FIELDS.index("secret_headers")
+# sealed text columns opened when set (the auth secret, the TLS client cert and key)
+_SEALED = tuple(_JOB_FIELDS.index(f) for f in ("auth_secret", "tls_client_cert",
+                                                "tls_client_key"))
 
 
 class Backlog(NamedTuple):
@@ -88,6 +92,11 @@ def job_row(box: SecretBox) -> AsyncRowFactory[Job]:
             v[_SECRET + 1] = open_(previous) if previous else None
             if v[_CREDENTIALS] is not None:
                 v[_CREDENTIALS] = open_(v[_CREDENTIALS])
+            if v[_SECRET_HEADERS]:
+                v[_SECRET_HEADERS] = {k: open_(s) for k, s in v[_SECRET_HEADERS].items()}
+            for i in _SEALED:
+                if v[i] is not None:
+                    v[i] = open_(v[i])
             return Job(*v)
 
         return make

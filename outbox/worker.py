@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from outbox.admin.endpoints import Endpoint
+from outbox.admin.endpoints import DeliveryCredentials, Endpoint
 from outbox.errors import ConfigurationError
 from outbox.settings import invalid_settings
 
@@ -132,13 +132,16 @@ def demo_runner() -> Callable[[str, str, int], None]:
 
 
 def ping(overrides: Mapping[str, Any], endpoint: Endpoint,
-         secrets: Sequence[str], credentials: str | None = None) -> PingResult:
+         secrets: Sequence[str], credentials: str | None = None,
+         auth: DeliveryCredentials | None = None) -> PingResult:
     """One ping through the worker's sender (:func:`outbox.delivery.ping.ping`), with the
     worker's settings from the environment and ``overrides`` on top (the API passes its
-    own database, schema and ``allow_networks``); ``credentials``: a broker URL's. Never
+    own database, schema and ``allow_networks``); ``credentials``: a broker URL's;
+    ``auth``: the endpoint's opened credentials (``endpoints.delivery_credentials``). Never
     raises for a network or HTTP failure: the result says what happened."""
     _require("ping", "outbox.delivery.ping")
     from outbox.delivery.ping import ping as send_ping
 
     settings = worker_settings(overrides, "ping")
-    return asyncio.run(send_ping(settings, endpoint, secrets, credentials=credentials))
+    return asyncio.run(send_ping(settings, endpoint, secrets, credentials=credentials,
+                                 auth=auth))

@@ -268,7 +268,9 @@ SELECT c.id AS delivery_id, c.attempts AS attempt, c.lease_token AS token, c.eve
        CASE WHEN ep.previous_secret_expires_at > now() THEN ep.previous_secret END
            AS previous_secret,
        ep.headers, ep.max_attempts, ep.retry_base_seconds, ep.retry_cap_seconds,
-       ep.timeout_seconds, ep.max_in_flight, ev.traceparent, ep.url_credentials AS credentials
+       ep.timeout_seconds, ep.max_in_flight, ev.traceparent, ep.url_credentials AS credentials,
+       ep.secret_header_values AS secret_headers, ep.auth_kind, ep.auth_secret,
+       ep.tls_client_cert, ep.tls_client_key
   FROM claimed c
   CROSS JOIN LATERAL (SELECT * FROM {schema}.events e
                        WHERE e.id = c.event_id LIMIT 1) ev

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +35,13 @@ class Endpoint:
     rate_limit: float | None = None
     rate_burst: int | None = None
     tenant_rate_limit: float | None = None
+    # Credentials (docs/guides/endpoint-auth.md), never their values: the secret headers'
+    # names, the auth kind (basic, bearer, oauth2), the TLS client certificate's subject and
+    # expiry (None: no client certificate).
+    secret_headers: list[str] = field(default_factory=list)
+    auth_kind: str | None = None
+    tls_client_cert_subject: str | None = None
+    tls_client_cert_expires_at: dt.datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

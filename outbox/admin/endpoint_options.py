@@ -36,12 +36,16 @@ from pydantic import (
 )
 
 __all__ = [
+    "CREDENTIAL_MAX",
     "HEADERS_MAX",
     "HEADER_NAME_MAX",
     "HEADER_VALUE_MAX",
+    "PEM_MAX",
     "RESERVED_HEADERS",
     "RESERVED_PREFIX",
     "TEXT_PATTERN",
+    "CredentialChanges",
+    "EndpointCredentials",
     "EndpointOptions",
     "Headers",
     "check_headers",
@@ -123,6 +127,47 @@ class EndpointOptions(BaseModel):
     def given(self) -> dict[str, Any]:
         """The options that are set (not ``None``)."""
         return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+# The longest basic_auth or bearer_token, and PEM text (a certificate chain, a key).
+CREDENTIAL_MAX = 4096
+PEM_MAX = 65_536
+_WRITE_ONLY: dict[str, Any] = {"writeOnly": True}
+
+
+class EndpointCredentials(BaseModel):
+    """An endpoint's static credentials (docs/guides/endpoint-auth.md): sealed with
+    ``OUTBOX_SECRET_KEY`` and never shown again (an endpoint shows only the secret headers'
+    names, the auth kind and the client certificate's subject and expiry). Checked by
+    :mod:`outbox.admin._endpoint_auth` (what each must look like, and that they agree with
+    each other and with the plain headers). ``None``: not given (on update: unchanged)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    secret_headers: Annotated[Headers | None, Field(
+        description="Headers whose values are secret (an API key): sent with every"
+                    " delivery, shown by name only", json_schema_extra=_WRITE_ONLY)] = None
+    basic_auth: Annotated[str | None, Field(
+        max_length=CREDENTIAL_MAX, description="HTTP Basic auth, USER:PASSWORD",
+        json_schema_extra=_WRITE_ONLY)] = None
+    bearer_token: Annotated[str | None, Field(
+        max_length=CREDENTIAL_MAX, description="Authorization: Bearer TOKEN",
+        json_schema_extra=_WRITE_ONLY)] = None
+    tls_client_cert: Annotated[str | None, Field(
+        max_length=PEM_MAX, description="Mutual TLS: the client certificate (chain), PEM",
+        json_schema_extra=_WRITE_ONLY)] = None
+    tls_client_key: Annotated[str | None, Field(
+        max_length=PEM_MAX, description="Mutual TLS: the client certificate's private key,"
+                                        " PEM, unencrypted", json_schema_extra=_WRITE_ONLY)] = None
+
+
+class CredentialChanges(EndpointCredentials):
+    """:class:`EndpointCredentials` on update, and what to remove first: every secret
+    header, the auth, the client certificate."""
+
+    clear_secret_headers: bool = False
+    clear_auth: bool = False
+    clear_tls_client_cert: bool = False
 
 
 def describe_errors(exc: ValidationError) -> str:

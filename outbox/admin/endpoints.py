@@ -26,6 +26,8 @@ from outbox._db.connection import render, translated
 from outbox._emit.event import new_id
 from outbox._security.secretbox import SecretBox
 from outbox._security.ssrf import IPNetwork
+from outbox.admin import _endpoint_auth as auth
+from outbox.admin._endpoint_auth import DeliveryCredentials
 from outbox.admin._endpoint_checks import (
     URL_MAX_LENGTH,
     check_destination,
@@ -39,7 +41,7 @@ from outbox.admin._endpoint_checks import (
 )
 from outbox.admin._endpoint_types import Created, Endpoint, Rotated, Updated
 from outbox.admin._routing import validate_scope
-from outbox.admin.endpoint_options import EndpointOptions
+from outbox.admin.endpoint_options import EndpointCredentials, EndpointOptions
 from outbox.errors import EndpointNotFound, InvalidEndpoint, OperationRefused
 from outbox.settings import get_settings
 from outbox.signing import decode_secret, generate_secret
@@ -48,11 +50,13 @@ __all__ = [
     "ACTORS",
     "URL_MAX_LENGTH",
     "Created",
+    "DeliveryCredentials",
     "Endpoint",
     "Rotated",
     "Updated",
     "add",
     "check_destination",
+    "delivery_credentials",
     "get",
     "list_all",
     "parse_id",
@@ -104,6 +108,7 @@ def add(
     box: SecretBox | None = None,
     allow_brokers: bool = True,
     options: EndpointOptions | None = None,
+    credentials: EndpointCredentials | None = None,
 ) -> Created:
     """Register an endpoint. Without ``secret`` one is generated and returned once.
 
@@ -122,9 +127,11 @@ def add(
     (never shown again); ``allow_brokers=False`` (the portal) refuses broker URLs.
     The delivery options (``max_attempts`` ... ``max_in_flight``) may also come as
     ``options``; keyword arguments given win. Their ranges: :mod:`outbox.admin.endpoint_options`.
+    ``credentials``: secret headers, auth, a TLS client certificate, sealed by ``box`` and
+    never returned (:mod:`outbox.admin._endpoint_auth` says what each must be).
     """
     validate_url(url, allow_brokers=allow_brokers)
-    stored_url, credentials = split_url(url)
+    stored_url, url_secret = split_url(url)
     params = {
         "id": new_id(), "url": stored_url,
         "description": validate_text("description", description),
@@ -134,12 +141,14 @@ def add(
                         retry_cap_seconds=retry_cap_seconds,
                         timeout_seconds=timeout_seconds, max_in_flight=max_in_flight),
         **rate_params(rate_limit, rate_burst),
+        **auth.credential_params(credentials, _box(box)),
     }
+    auth.check_change(conn, "", None, params, url)
     generated = secret is None
     the_secret = generate_secret() if secret is None else secret
     decode_secret(the_secret)
     params["secret"] = _box(box).seal(the_secret)
-    params["url_credentials"] = _box(box).seal(credentials) if credentials else None
+    params["url_credentials"] = _box(box).seal(url_secret) if url_secret else None
     warnings = () if allow_networks is None else check_destination(stored_url, allow_networks)
     row = _one(conn, queries.ENDPOINT_INSERT, schema, params)
     assert row is not None
@@ -229,6 +238,7 @@ def update(
     box: SecretBox | None = None,
     allow_brokers: bool = True,
     options: EndpointOptions | None = None,
+    credentials: EndpointCredentials | None = None,
 ) -> Updated:
     """Change an endpoint in one statement; ``None`` leaves a field as it is.
 
@@ -242,20 +252,24 @@ def update(
     A new broker ``url`` replaces the stored credentials with its own (none if it has none).
     ``rate_limit`` / ``rate_burst`` apply to the next claims of every worker;
     ``clear_rate_limit`` removes both (the adaptive throttling still applies). ``options``: as for
-    :func:`add` (its unset fields are unchanged).
+    :func:`add` (its unset fields are unchanged). ``credentials``: as for :func:`add`;
+    secret headers merge like ``headers`` (a
+    :class:`~outbox.admin.endpoint_options.CredentialChanges` may clear them first), a new
+    auth replaces the old one, a new certificate the old one; the checks that involve the
+    current headers and auth run on the row locked until this update commits.
     """
     eid = parse_id(endpoint_id)
     if clear_rate_limit and (rate_limit is not None or rate_burst is not None):
         raise InvalidEndpoint("give a rate limit or clear_rate_limit, not both")
     if event_types and all_event_types:
         raise InvalidEndpoint("give event types or all_event_types, not both")
-    credentials: str | None = None
+    url_secret: str | None = None
     if url is not None:
         validate_url(url, allow_brokers=allow_brokers)
-        url, credentials = split_url(url)
+        url, url_secret = split_url(url)
     params = {
         "id": eid, "url": url,
-        "url_credentials": _box(box).seal(credentials) if credentials else None,
+        "url_credentials": _box(box).seal(url_secret) if url_secret else None,
         "description": validate_text("description", description),
         "set_types": bool(event_types) or all_event_types, "clear_headers": clear_headers,
         **shared_params(event_types, headers, ordered, options, max_attempts=max_attempts,
@@ -265,11 +279,14 @@ def update(
         **rate_params(rate_limit, rate_burst, has_rate=rate_limit is None and (
             rate_burst is None or get(conn, eid, schema=schema).rate_limit is not None)),
         "clear_rate_limit": bool(clear_rate_limit),
+        **auth.credential_params(credentials, _box(box)),
     }
     warnings: tuple[str, ...] = ()
     if url is not None and allow_networks is not None:
         warnings = check_destination(url, allow_networks)
-    row = _one(conn, queries.ENDPOINT_UPDATE, schema, params)
+    with conn.transaction():
+        auth.check_change(conn, schema, eid, params, url)
+        row = _one(conn, queries.ENDPOINT_UPDATE, schema, params)
     if row is None:
         raise EndpointNotFound(f"no endpoint {eid}")
     return Updated(row, warnings)
@@ -367,6 +384,21 @@ def url_credentials(
     if row is None:
         raise EndpointNotFound(f"no endpoint {eid}")
     return _box(box).open(str(row[0])) if row[0] else None
+
+
+def delivery_credentials(
+    conn: psycopg.Connection[Any], endpoint_id: str | uuid.UUID, *, schema: str,
+    box: SecretBox | None = None,
+) -> DeliveryCredentials:
+    """The endpoint's secret headers, auth and TLS client certificate, opened. For sending
+    (``ping``) only: never display them."""
+    eid = parse_id(endpoint_id)
+    with translated(), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(render(queries.ENDPOINT_AUTH_SECRETS, schema), (eid,))
+        row = cur.fetchone()
+    if row is None:
+        raise EndpointNotFound(f"no endpoint {eid}")
+    return auth.open_all(row, _box(box))
 
 
 def _box(box: SecretBox | None) -> SecretBox:

@@ -4,8 +4,9 @@ Guarantees of :func:`reencrypt`:
 
 - All endpoints or none: one transaction (a savepoint inside the caller's transaction),
   with every endpoint row locked for its duration.
-- Afterwards every stored secret (current and rotated-out, and a broker URL's
-  credentials) is sealed with the first key
+- Afterwards every stored secret (current and rotated-out, a broker URL's
+  credentials, each secret header's value, the auth secret, the TLS client certificate
+  and its key) is sealed with the first key
   of the box; plain (never encrypted) secrets are encrypted.
 - Refused with :class:`~outbox.errors.ConfigurationError`, changing nothing, when the box
   has no key: it never decrypts stored secrets to plain text.
@@ -21,6 +22,7 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import class_row
+from psycopg.types.json import Jsonb
 
 from outbox._db import queries
 from outbox._db.connection import render, translated
@@ -39,6 +41,21 @@ class _Stored:
     secret: str
     previous_secret: str | None
     url_credentials: str | None
+    secret_header_values: dict[str, str]
+    auth_secret: str | None
+    tls_client_cert: str | None
+    tls_client_key: str | None
+
+    def resealed(self, box: SecretBox) -> tuple[Any, ...]:
+        """ENDPOINT_SET_SECRETS' parameters: every sealed value re-sealed by ``box``."""
+        def again(value: str | None) -> str | None:
+            return box.reseal(value) if value else None
+
+        return (box.reseal(self.secret), again(self.previous_secret),
+                again(self.url_credentials),
+                Jsonb({k: box.reseal(v) for k, v in self.secret_header_values.items()}),
+                again(self.auth_secret), again(self.tls_client_cert),
+                again(self.tls_client_key), self.id)
 
 
 def reencrypt(conn: psycopg.Connection[Any], *, schema: str,
@@ -51,11 +68,7 @@ def reencrypt(conn: psycopg.Connection[Any], *, schema: str,
     with translated(), conn.transaction():
         with conn.cursor(row_factory=class_row(_Stored)) as cur:
             rows = cur.execute(render(queries.ENDPOINT_SECRETS_FOR_UPDATE, schema)).fetchall()
-        resealed = [
-            (box.reseal(r.secret), box.reseal(r.previous_secret) if r.previous_secret else None,
-             box.reseal(r.url_credentials) if r.url_credentials else None, r.id)
-            for r in rows
-        ]
+        resealed = [r.resealed(box) for r in rows]
         with conn.cursor() as cur:
             cur.executemany(render(queries.ENDPOINT_SET_SECRETS, schema), resealed)
     return len(rows)

@@ -14,7 +14,14 @@ from outbox.admin import endpoints as ep
 from outbox.admin import flow
 from outbox.cli.endpoints import endpoint_json, endpoints, parse_headers, print_warnings
 from outbox.cli.output import cut, echo_json, to_jsonable, when
-from outbox.cli.params import Duration, delivery_options, endpoint_options, rate_options
+from outbox.cli.params import (
+    Duration,
+    credential_options,
+    delivery_options,
+    endpoint_credentials,
+    endpoint_options,
+    rate_options,
+)
 from outbox.cli.root import Context, Failed, pass_ctx
 
 
@@ -39,6 +46,8 @@ def show(ctx: Context, endpoint_id: str, as_json: bool) -> None:
     click.echo(f"enabled:      {'yes' if e.enabled else f'no ({e.disabled_reason})'}")
     click.echo(f"event types:  {', '.join(e.event_types) if e.event_types else '*'}")
     click.echo(f"ordered:      {'yes' if e.ordered else 'no'}")
+    click.echo(f"headers:      {headers_text(e)}")
+    click.echo(f"auth:         {auth_text(e)}")
     click.echo(f"rate limit:   {rate_text(e)}")
     click.echo(f"allowed rate: {flow.describe(state)}")
     click.echo(f"throttled:    {state.throttled_total} time(s) so far")
@@ -57,6 +66,7 @@ def show(ctx: Context, endpoint_id: str, as_json: bool) -> None:
 @click.option("--ordered/--unordered", default=None,
               help="Deliver events that share a key one at a time, in order (or stop). "
                    "Applies to events emitted from now on.")
+@credential_options(update=True)
 @delivery_options
 @rate_options
 @click.option("--no-rate-limit", "clear_rate_limit", is_flag=True,
@@ -77,11 +87,14 @@ def update(ctx: Context, /, endpoint_id: str, url: str | None, event_types: tupl
       outbox endpoints update 0193... --event-type invoice.paid --event-type invoice.void
       outbox endpoints update 0193... --clear-headers --header "X-Team=billing"
       outbox endpoints update 0193... --rate-limit 50 --burst 100
+      outbox endpoints update 0193... --bearer-token "$NEW_TOKEN"   # rotates it
+      outbox endpoints update 0193... --no-auth
     """
     options = endpoint_options(values)
+    credentials = endpoint_credentials(values, parse_headers)
     changes: list[Any] = [url, event_types, all_event_types, headers, clear_headers,
                           description, *options.given().values(), rate_limit, rate_burst,
-                          clear_rate_limit]
+                          clear_rate_limit, *credentials.model_dump().values()]
     if ordered is None and not any(c not in (None, False, ()) for c in changes):
         raise click.UsageError("nothing to update: give at least one option (see --help)")
     if event_types and all_event_types:
@@ -96,6 +109,7 @@ def update(ctx: Context, /, endpoint_id: str, url: str | None, event_types: tupl
             description=description, options=options, ordered=ordered,
             rate_limit=rate_limit, rate_burst=rate_burst, clear_rate_limit=clear_rate_limit,
             allow_networks=ctx.allow_networks() if url is not None else None,
+            credentials=credentials,
         )
     print_warnings(done.warnings)
     if as_json:
@@ -105,9 +119,26 @@ def update(ctx: Context, /, endpoint_id: str, url: str | None, event_types: tupl
     click.echo(f"updated {e.id}")
     click.echo(f"  url:         {e.url}")
     click.echo(f"  event types: {', '.join(e.event_types) if e.event_types else '*'}")
-    click.echo(f"  headers:     {', '.join(f'{k}={v}' for k, v in e.headers.items()) or '-'}")
+    click.echo(f"  headers:     {headers_text(e)}")
+    click.echo(f"  auth:        {auth_text(e)}")
     click.echo(f"  ordered:     {'yes' if e.ordered else 'no'}")
     click.echo(f"  rate limit:  {rate_text(e)}")
+
+
+def headers_text(e: ep.Endpoint) -> str:
+    """``X-Team=billing, X-Api-Key=[redacted]``: a secret header by its name only."""
+    shown = [f"{k}={v}" for k, v in e.headers.items()]
+    shown += [f"{name}=[redacted]" for name in e.secret_headers]
+    return ", ".join(shown) or "-"
+
+
+def auth_text(e: ep.Endpoint) -> str:
+    """``bearer; TLS client certificate CN=... (expires ...)``, or ``-``: never a secret."""
+    parts = [e.auth_kind] if e.auth_kind else []
+    if e.tls_client_cert_subject is not None:
+        parts.append(f"TLS client certificate {e.tls_client_cert_subject or '(no subject)'}"
+                     f" (expires {when(e.tls_client_cert_expires_at)})")
+    return "; ".join(parts) or "-"
 
 
 def rate_text(e: ep.Endpoint) -> str:
@@ -176,7 +207,8 @@ def ping(ctx: Context, endpoint_id: str, as_json: bool) -> None:
         endpoint = ep.get(conn, endpoint_id, schema=ctx.schema)
         secrets = ep.signing_secrets(conn, endpoint.id, schema=ctx.schema)
         credentials = ep.url_credentials(conn, endpoint.id, schema=ctx.schema)
-    result = worker_seam.ping(ctx.overrides, endpoint, secrets, credentials)
+        auth = ep.delivery_credentials(conn, endpoint.id, schema=ctx.schema)
+    result = worker_seam.ping(ctx.overrides, endpoint, secrets, credentials, auth)
     if as_json:
         echo_json(result)
     else:

@@ -10,16 +10,24 @@ import click
 
 from outbox.admin import endpoints as ep
 from outbox.cli.output import print_table
-from outbox.cli.params import delivery_options, endpoint_options, rate_options, tenant_option
+from outbox.cli.params import (
+    credential_options,
+    delivery_options,
+    endpoint_credentials,
+    endpoint_options,
+    rate_options,
+    tenant_option,
+)
 from outbox.cli.root import Context, cli, pass_ctx
 
 
-def parse_headers(values: tuple[str, ...]) -> dict[str, str]:
+def parse_headers(values: tuple[str, ...], hint: str = "--header") -> dict[str, str]:
     headers: dict[str, str] = {}
     for item in values:
         name, sep, value = item.partition("=")
         if not sep or not name:
-            raise click.BadParameter(f"{item!r} is not K=V", param_hint="--header")
+            shown = item if hint == "--header" else name  # never echo a secret value
+            raise click.BadParameter(f"{shown!r} is not K=V", param_hint=hint)
         headers[name.strip()] = value
     return headers
 
@@ -68,6 +76,7 @@ def endpoints() -> None:
 @click.option("--ordered", is_flag=True,
               help="Deliver events that share a key one at a time, in emit order, each "
                    "after the previous one is delivered (docs: guides/ordering.md).")
+@credential_options(update=False)
 @delivery_options
 @rate_options
 @pass_ctx
@@ -92,6 +101,10 @@ def add(ctx: Context, /, url: str, event_types: tuple[str, ...], tenant: str | N
     (RabbitMQ), nats://host?subject=S (JetStream), redis(s)://host/0?stream=S&maxlen=N.
     Credentials in it are stored sealed and never shown again.
 
+    --secret-header, --basic-auth, --bearer-token and --tls-client-cert/--tls-client-key
+    are stored sealed and never shown again: `show` lists the secret headers by name and
+    the auth kind (docs: Endpoint auth).
+
     With --rate-limit N, every worker together sends at most N requests a second (and B
     at once above that, --burst). Without it, workers still slow down by themselves when
     the endpoint answers 429 or 503 or times out (docs: Flow control).
@@ -102,15 +115,19 @@ def add(ctx: Context, /, url: str, event_types: tuple[str, ...], tenant: str | N
           --header "X-Team=billing"
       outbox endpoints add https://acme.example/hooks --tenant acme --event-type 'invoice.*'
       outbox endpoints add 'amqp://app:secret@mq.internal/shop?exchange=orders'
+      outbox endpoints add https://api.example.com/hooks --secret-header "X-Api-Key=$KEY"
+      outbox endpoints add https://gw.example.com/hooks --tls-client-cert client.pem \\
+          --tls-client-key client.key
     """
     parsed = parse_headers(headers)
+    credentials = endpoint_credentials(options, parse_headers)
     with ctx.connect() as conn:
         created = ep.add(
             conn, url, schema=ctx.schema, event_types=event_types or None, tenant=tenant,
             all_tenants=all_tenants, secret=secret,
             headers=parsed, description=description, options=endpoint_options(options),
             ordered=ordered, rate_limit=rate_limit, rate_burst=rate_burst,
-            allow_networks=ctx.allow_networks(),
+            allow_networks=ctx.allow_networks(), credentials=credentials,
         )
     print_warnings(created.warnings)
     click.echo(f"id:     {created.endpoint.id}")

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import click
 
 from outbox.admin import _timeparse
-from outbox.admin.endpoint_options import EndpointOptions, limits
+from outbox.admin.endpoint_options import CredentialChanges, EndpointOptions, limits
 
 
 class Duration(click.ParamType[dt.timedelta]):
@@ -138,3 +138,63 @@ def endpoint_options(values: dict[str, Any]) -> EndpointOptions:
 def tenant_option(help_text: str) -> Callable[[F], F]:
     """``--tenant ID``: scope a command to one tenant (validated by the library)."""
     return click.option("--tenant", default=None, metavar="ID", help=help_text)
+
+
+def _read_pem(ctx: click.Context, param: click.Parameter, value: Any) -> str | None:
+    """The text of the PEM file named by ``value`` (a usage error if it cannot be read)."""
+    if value is None:
+        return None
+    try:
+        with open(value, encoding="ascii") as f:
+            return f.read(1 << 20)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.BadParameter(f"cannot read {value!r}: {getattr(exc, 'strerror', None) or exc}",
+                                 ctx=ctx, param=param) from None
+
+
+def credential_options(update: bool) -> Callable[[F], F]:
+    """The :class:`~outbox.admin.endpoint_options.EndpointCredentials` flags of add and
+    (``update``) update, which also gets the flags that remove them. Values are never
+    echoed: not in help defaults, not in errors."""
+    options = [
+        click.option("--secret-header", "secret_headers", multiple=True, metavar="K=V",
+                     help="Header whose value is secret (an API key): sent with every "
+                          "delivery, stored sealed, shown by name only (repeatable)."),
+        click.option("--basic-auth", metavar="USER:PASS", default=None,
+                     help="HTTP Basic auth on every delivery (stored sealed)."),
+        click.option("--bearer-token", metavar="TOKEN", default=None,
+                     help="Authorization: Bearer TOKEN on every delivery (stored sealed)."),
+        click.option("--tls-client-cert", metavar="FILE", default=None, callback=_read_pem,
+                     help="Mutual TLS: the client certificate (chain), a PEM file."),
+        click.option("--tls-client-key", metavar="FILE", default=None, callback=_read_pem,
+                     help="Mutual TLS: the certificate's unencrypted private key, a PEM "
+                          "file (stored sealed)."),
+    ]
+    if update:
+        options += [
+            click.option("--clear-secret-headers", is_flag=True,
+                         help="Drop every secret header first."),
+            click.option("--no-auth", "clear_auth", is_flag=True,
+                         help="Remove the endpoint's auth (Basic or bearer)."),
+            click.option("--no-tls-client-cert", "clear_tls_client_cert", is_flag=True,
+                         help="Remove the TLS client certificate and key."),
+        ]
+
+    def decorate(f: F) -> F:
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return decorate
+
+
+def endpoint_credentials(values: dict[str, Any], parse: Callable[[tuple[str, ...], str],
+                                                                 dict[str, str]]
+                         ) -> CredentialChanges:
+    """The :func:`credential_options` a command received (popped from ``values``);
+    ``parse`` turns ``K=V`` items into a mapping."""
+    fields = {name: values.pop(name, None) for name in CredentialChanges.model_fields}
+    fields["secret_headers"] = parse(fields["secret_headers"] or (), "--secret-header") or None
+    # unvalidated here: the library checks every value, with messages that never quote one
+    return CredentialChanges.model_construct(**{k: v for k, v in fields.items()
+                                                if v is not None})

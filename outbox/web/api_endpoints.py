@@ -1,6 +1,7 @@
 """``/api/endpoints``: the operator's endpoint routes, over :mod:`outbox.admin.endpoints` (the
 functions ``outbox endpoints ...`` calls). Secrets appear only in the answers of create
-(when generated) and rotate, once."""
+(when generated) and rotate, once; the credentials (secret headers, auth, TLS client
+certificate) are write-only: never in any answer."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from outbox.web.models import (
     OptionalDisable,
     OptionalRotate,
     RotateIn,
+    credentials_of,
     options_of,
 )
 
@@ -58,7 +60,7 @@ def create_endpoint(body: EndpointIn, conn: Conn, settings: AppSettings,
         headers=body.headers, description=body.description, options=options_of(body),
         rate_limit=body.rate_limit, rate_burst=body.rate_burst,
         allow_networks=allow_networks(settings),
-        box=settings.secret_box())
+        box=settings.secret_box(), credentials=credentials_of(body))
     response.headers["Cache-Control"] = "no-store"
     return {"endpoint": endpoint_json(created.endpoint), "secret": created.secret,
             "warnings": list(created.warnings)}
@@ -83,7 +85,8 @@ def update_endpoint(endpoint_id: str, body: EndpointPatch, conn: Conn,
         headers=body.headers, clear_headers=body.clear_headers, description=body.description,
         options=options_of(body), rate_limit=body.rate_limit, rate_burst=body.rate_burst,
         clear_rate_limit=body.clear_rate_limit,
-        allow_networks=allow_networks(settings) if body.url is not None else None)
+        allow_networks=allow_networks(settings) if body.url is not None else None,
+        box=settings.secret_box(), credentials=credentials_of(body))
     return {"endpoint": endpoint_json(done.endpoint), "warnings": list(done.warnings)}
 
 
@@ -126,5 +129,7 @@ def ping_endpoint(endpoint_id: str, conn: Conn, settings: AppSettings) -> dict[s
            "allow_networks": settings.allow_networks}
     credentials = ep.url_credentials(conn, endpoint.id, schema=settings.schema_name,
                                      box=settings.secret_box())
-    result = worker_seam.ping(own, endpoint, secrets, credentials)
+    auth = ep.delivery_credentials(conn, endpoint.id, schema=settings.schema_name,
+                                   box=settings.secret_box())
+    result = worker_seam.ping(own, endpoint, secrets, credentials, auth)
     return {"ping": {**plain(result), "ok": result.ok}}

@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from outbox import errors
-from outbox.admin.endpoint_options import EndpointOptions
+from outbox.admin.endpoint_options import CredentialChanges, EndpointOptions
 from outbox.admin.events import EventNotFound
 from outbox.admin.portal import InvalidToken
 
@@ -90,7 +90,8 @@ async def _outbox_error(request: Request, exc: Exception) -> Response:
 
 
 # Body fields defined by outbox.admin.endpoint_options: refused as the library refuses them
-_ENDPOINT_FIELDS = frozenset({*EndpointOptions.model_fields, "headers"})
+_ENDPOINT_FIELDS = frozenset({*EndpointOptions.model_fields, "headers",
+                              *CredentialChanges.model_fields})
 
 
 async def _validation(request: Request, exc: Exception) -> Response:
@@ -103,7 +104,8 @@ async def _validation(request: Request, exc: Exception) -> Response:
             and first.get("type") != "extra_forbidden"):
         code = "invalid_endpoint"
         got = first.get("input")
-        if loc[1] != "headers" and isinstance(got, int | float):  # never echo text back
+        if loc[1] in EndpointOptions.model_fields and isinstance(got, int | float):
+            # never echo text back (a header value, a credential)
             shown = f" (got {got!r})"
     return error_response(422, code, f"{where or 'request'}: {first.get('msg')}{shown}")
 

@@ -8,7 +8,13 @@ from typing import Annotated, Any
 from fastapi import Body, Path
 from pydantic import BaseModel, ConfigDict, Field
 
-from outbox.admin.endpoint_options import TEXT_PATTERN, EndpointOptions, Headers
+from outbox.admin.endpoint_options import (
+    TEXT_PATTERN,
+    CredentialChanges,
+    EndpointCredentials,
+    EndpointOptions,
+    Headers,
+)
 
 _Types = list[str] | None
 _Headers = Headers | None
@@ -38,8 +44,9 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class PortalEndpointIn(Strict):
-    """A customer's new endpoint (its tenant is the portal session's)."""
+class PortalEndpointIn(EndpointCredentials):
+    """A customer's new endpoint (its tenant is the portal session's); the credentials
+    (:class:`~outbox.admin.endpoint_options.EndpointCredentials`) are write-only."""
 
     url: str = Field(max_length=2048)
     event_types: _Types = Field(default=None, max_length=100)
@@ -53,6 +60,13 @@ def options_of(body: BaseModel) -> EndpointOptions:
     return EndpointOptions(**body.model_dump(include=set(EndpointOptions.model_fields)))
 
 
+def credentials_of(body: BaseModel) -> CredentialChanges:
+    """The credential fields of a request body (validated already: as the body's model)."""
+    return CredentialChanges.model_construct(**{
+        k: v for k, v in body.model_dump(include=set(CredentialChanges.model_fields)).items()
+        if v is not None})
+
+
 class EndpointIn(PortalEndpointIn, EndpointOptions):
     """``POST /api/endpoints``: as ``outbox endpoints add`` (the delivery options are
     :class:`~outbox.admin.endpoint_options.EndpointOptions`'s, ranges included)."""
@@ -64,8 +78,9 @@ class EndpointIn(PortalEndpointIn, EndpointOptions):
     rate_burst: int | None = Field(default=None, ge=1, le=1_000_000)
 
 
-class PortalEndpointPatch(Strict):
-    """A customer's change to its endpoint; absent fields keep their value."""
+class PortalEndpointPatch(CredentialChanges):
+    """A customer's change to its endpoint; absent fields keep their value; the
+    credentials are replaced (secret headers merged, as ``headers``) or cleared."""
 
     url: str | None = Field(default=None, max_length=2048)
     event_types: _Types = Field(default=None, max_length=100)

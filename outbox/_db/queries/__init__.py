@@ -49,6 +49,8 @@ from outbox._db.queries.emit import (
     WAKE_KEY,
 )
 from outbox._db.queries.endpoints import (
+    ENDPOINT_AUTH_SECRETS,
+    ENDPOINT_AUTH_STATE_FOR_UPDATE,
     ENDPOINT_COLUMNS,
     ENDPOINT_CREDENTIALS,
     ENDPOINT_GET,
@@ -150,6 +152,8 @@ __all__ = [
     "EMIT_ONE_IDEMPOTENT",
     "EMIT_ONE_IDEMPOTENT_WAKE",
     "EMIT_ONE_WAKE",
+    "ENDPOINT_AUTH_SECRETS",
+    "ENDPOINT_AUTH_STATE_FOR_UPDATE",
     "ENDPOINT_COLUMNS",
     "ENDPOINT_CREDENTIALS",
     "ENDPOINT_GET",

@@ -9,7 +9,8 @@ ENDPOINT_COLUMNS = """
     id, url, description, tenant, all_tenants, event_types, headers, enabled, disabled_reason,
     max_attempts, retry_base_seconds, retry_cap_seconds, timeout_seconds, max_in_flight,
     ordered, previous_secret_expires_at, created_at, updated_at,
-    rate_limit, rate_burst, tenant_rate_limit
+    rate_limit, rate_burst, tenant_rate_limit,
+    secret_headers, auth_kind, tls_client_cert_subject, tls_client_cert_expires_at
 """
 
 ENDPOINT_INSERT = (
@@ -17,12 +18,17 @@ ENDPOINT_INSERT = (
 INSERT INTO {schema}.endpoints
     (id, url, description, tenant, all_tenants, secret, event_types, headers,
      max_attempts, retry_base_seconds, retry_cap_seconds, timeout_seconds, max_in_flight,
-     ordered, url_credentials, rate_limit, rate_burst)
+     ordered, url_credentials, rate_limit, rate_burst,
+     secret_header_values, secret_headers, auth_kind, auth_secret,
+     tls_client_cert, tls_client_key, tls_client_cert_subject, tls_client_cert_expires_at)
 VALUES (%(id)s, %(url)s, %(description)s, %(tenant)s, %(all_tenants)s, %(secret)s,
         %(event_types)s, %(headers)s,
         %(max_attempts)s, %(retry_base_seconds)s, %(retry_cap_seconds)s,
         %(timeout_seconds)s, %(max_in_flight)s, %(ordered)s, %(url_credentials)s,
-        %(rate_limit)s, %(rate_burst)s)
+        %(rate_limit)s, %(rate_burst)s,
+        %(secret_headers)s, ARRAY(SELECT jsonb_object_keys(%(secret_headers)s::jsonb)),
+        %(auth_kind)s, %(auth_secret)s, %(tls_client_cert)s, %(tls_client_key)s,
+        %(tls_client_cert_subject)s, %(tls_client_cert_expires_at)s)
 RETURNING"""
     + ENDPOINT_COLUMNS
 )
@@ -101,6 +107,22 @@ UPDATE {schema}.endpoints
                          ELSE COALESCE(%(rate_limit)s::float8, rate_limit) END,
        rate_burst = CASE WHEN %(clear_rate_limit)s THEN NULL
                          ELSE COALESCE(%(rate_burst)s::integer, rate_burst) END,
+       secret_header_values = CASE WHEN %(clear_secret_headers)s THEN '{{}}'::jsonb
+                                   ELSE secret_header_values END || %(secret_headers)s::jsonb,
+       secret_headers = ARRAY(SELECT jsonb_object_keys(
+           CASE WHEN %(clear_secret_headers)s THEN '{{}}'::jsonb
+                ELSE secret_header_values END || %(secret_headers)s::jsonb)),
+       auth_kind = CASE WHEN %(set_auth)s THEN %(auth_kind)s::text ELSE auth_kind END,
+       auth_secret = CASE WHEN %(set_auth)s THEN %(auth_secret)s::text ELSE auth_secret END,
+       tls_client_cert = CASE WHEN %(set_tls)s THEN %(tls_client_cert)s::text
+                              ELSE tls_client_cert END,
+       tls_client_key = CASE WHEN %(set_tls)s THEN %(tls_client_key)s::text
+                             ELSE tls_client_key END,
+       tls_client_cert_subject = CASE WHEN %(set_tls)s THEN %(tls_client_cert_subject)s::text
+                                      ELSE tls_client_cert_subject END,
+       tls_client_cert_expires_at = CASE WHEN %(set_tls)s
+                                         THEN %(tls_client_cert_expires_at)s::timestamptz
+                                         ELSE tls_client_cert_expires_at END,
        updated_at = now()
  WHERE id = %(id)s
 RETURNING"""
@@ -132,12 +154,27 @@ SELECT secret, CASE WHEN previous_secret_expires_at > now() THEN previous_secret
 # The sealed credentials of a broker URL (for `outbox endpoints ping`).
 ENDPOINT_CREDENTIALS = "SELECT url_credentials FROM {schema}.endpoints WHERE id = %s"
 
+# An endpoint's credentials (migrations/0014_endpoint_auth.sql), sealed: for sending
+# (`outbox endpoints ping`); the worker's claim reads the same columns.
+ENDPOINT_AUTH_SECRETS = """
+SELECT secret_header_values, auth_kind, auth_secret, tls_client_cert, tls_client_key
+  FROM {schema}.endpoints WHERE id = %s
+"""
+# What an update's header and auth checks need, the row locked until the update commits.
+ENDPOINT_AUTH_STATE_FOR_UPDATE = """
+SELECT headers, secret_headers, auth_kind, url FROM {schema}.endpoints WHERE id = %s
+   FOR UPDATE
+"""
+
 ENDPOINT_SECRETS_FOR_UPDATE = """
-SELECT id, secret, previous_secret, url_credentials FROM {schema}.endpoints
+SELECT id, secret, previous_secret, url_credentials, secret_header_values, auth_secret,
+       tls_client_cert, tls_client_key
+  FROM {schema}.endpoints
  ORDER BY id FOR UPDATE
 """
 ENDPOINT_SET_SECRETS = """
-UPDATE {schema}.endpoints SET secret = %s, previous_secret = %s, url_credentials = %s
+UPDATE {schema}.endpoints SET secret = %s, previous_secret = %s, url_credentials = %s,
+       secret_header_values = %s, auth_secret = %s, tls_client_cert = %s, tls_client_key = %s
  WHERE id = %s
 """
 
