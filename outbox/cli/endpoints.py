@@ -26,8 +26,8 @@ def parse_headers(values: tuple[str, ...], hint: str = "--header") -> dict[str, 
     for item in values:
         name, sep, value = item.partition("=")
         if not sep or not name:
-            shown = item if hint == "--header" else name  # never echo a secret value
-            raise click.BadParameter(f"{shown!r} is not K=V", param_hint=hint)
+            shown = repr(item) if hint == "--header" else "a value (not shown)"  # secret
+            raise click.BadParameter(f"{shown} is not K=V", param_hint=hint)
         headers[name.strip()] = value
     return headers
 

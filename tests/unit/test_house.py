@@ -46,8 +46,8 @@ PUBLIC: dict[str, set[str]] = {
     "outbox.testing": set(),  # its own page (docs/guides/testing.md) documents the names
     "outbox.worker": {"demo_runner", "drain", "ping", "run_worker", "worker_settings"},
     "outbox.admin.endpoints": {
-        "ACTORS", "Created", "Endpoint", "Rotated", "URL_MAX_LENGTH", "Updated", "add",
-        "check_destination", "get", "list_all", "parse_id", "rotate_secret", "set_enabled",
+        "ACTORS", "Created", "DeliveryCredentials", "Endpoint", "Rotated", "URL_MAX_LENGTH",
+        "Updated", "add", "check_destination", "delivery_credentials", "get", "list_all", "parse_id", "rotate_secret", "set_enabled",
         "signing_secrets", "update", "validate_headers", "validate_text", "validate_url",
     },
     "outbox.admin.deadletter": {
@@ -75,7 +75,9 @@ PUBLIC: dict[str, set[str]] = {
                                 "migrate", "script"},
     "outbox.admin.activity": {"Minute", "last_hour"},
     "outbox.admin.sessions": {"is_revoked", "revoke"},
-    "outbox.admin.endpoint_options": {"EndpointOptions", "HEADERS_MAX", "HEADER_NAME_MAX",
+    "outbox.admin.endpoint_options": {"CREDENTIAL_MAX", "CredentialChanges",
+                                      "EndpointCredentials", "PEM_MAX",
+                                      "EndpointOptions", "HEADERS_MAX", "HEADER_NAME_MAX",
                                       "HEADER_VALUE_MAX", "Headers", "RESERVED_HEADERS",
                                       "RESERVED_PREFIX", "TEXT_PATTERN", "check_headers",
                                       "describe_errors", "limits"},

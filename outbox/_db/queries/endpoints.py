@@ -26,7 +26,8 @@ VALUES (%(id)s, %(url)s, %(description)s, %(tenant)s, %(all_tenants)s, %(secret)
         %(max_attempts)s, %(retry_base_seconds)s, %(retry_cap_seconds)s,
         %(timeout_seconds)s, %(max_in_flight)s, %(ordered)s, %(url_credentials)s,
         %(rate_limit)s, %(rate_burst)s,
-        %(secret_headers)s, ARRAY(SELECT jsonb_object_keys(%(secret_headers)s::jsonb)),
+        %(secret_headers)s, ARRAY(SELECT k FROM jsonb_object_keys(%(secret_headers)s::jsonb) k
+                                   ORDER BY k),
         %(auth_kind)s, %(auth_secret)s, %(tls_client_cert)s, %(tls_client_key)s,
         %(tls_client_cert_subject)s, %(tls_client_cert_expires_at)s)
 RETURNING"""
@@ -109,9 +110,9 @@ UPDATE {schema}.endpoints
                          ELSE COALESCE(%(rate_burst)s::integer, rate_burst) END,
        secret_header_values = CASE WHEN %(clear_secret_headers)s THEN '{{}}'::jsonb
                                    ELSE secret_header_values END || %(secret_headers)s::jsonb,
-       secret_headers = ARRAY(SELECT jsonb_object_keys(
+       secret_headers = ARRAY(SELECT k FROM jsonb_object_keys(
            CASE WHEN %(clear_secret_headers)s THEN '{{}}'::jsonb
-                ELSE secret_header_values END || %(secret_headers)s::jsonb)),
+                ELSE secret_header_values END || %(secret_headers)s::jsonb) k ORDER BY k),
        auth_kind = CASE WHEN %(set_auth)s THEN %(auth_kind)s::text ELSE auth_kind END,
        auth_secret = CASE WHEN %(set_auth)s THEN %(auth_secret)s::text ELSE auth_secret END,
        tls_client_cert = CASE WHEN %(set_tls)s THEN %(tls_client_cert)s::text
