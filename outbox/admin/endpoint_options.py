@@ -160,6 +160,12 @@ class EndpointCredentials(BaseModel):
         max_length=PEM_MAX, description="Mutual TLS: the client certificate's private key,"
                                         " PEM, unencrypted", json_schema_extra=_WRITE_ONLY)] = None
 
+    def __repr_args__(self) -> Any:
+        """Field names with ``[redacted]`` for every value given: a repr (a traceback, a
+        log line, a test failure) never shows a credential."""
+        for name, value in super().__repr_args__():
+            yield name, value if value is None or isinstance(value, bool) else "[redacted]"
+
 
 class CredentialChanges(EndpointCredentials):
     """:class:`EndpointCredentials` on update, and what to remove first: every secret
