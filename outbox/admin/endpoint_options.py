@@ -171,9 +171,11 @@ class CredentialChanges(EndpointCredentials):
     """:class:`EndpointCredentials` on update, and what to remove first: every secret
     header, the auth, the client certificate."""
 
-    clear_secret_headers: bool = False
-    clear_auth: bool = False
-    clear_tls_client_cert: bool = False
+    clear_secret_headers: Annotated[bool, Field(
+        description="Drop every secret header first")] = False
+    clear_auth: Annotated[bool, Field(description="Remove the Basic or bearer auth")] = False
+    clear_tls_client_cert: Annotated[bool, Field(
+        description="Remove the client certificate and key")] = False
 
 
 def describe_errors(exc: ValidationError) -> str:

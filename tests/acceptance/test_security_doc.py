@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from outbox.admin.endpoint_options import RESERVED_HEADERS, limits
+from outbox.admin.endpoint_options import RESERVED_HEADERS, CredentialChanges, limits
 from outbox.cli.params import number
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "security.md"
@@ -33,3 +33,12 @@ def test_the_limits_table_is_the_models() -> None:
     assert len(re.findall(r"^\| `\w+` \| (?:integer|number) \|", text, re.M)) == len(limits())
     refused = text.split("| Refused names |", 1)[1].split("\n", 1)[0]
     assert {n.lower() for n in re.findall(r"`([\w-]+)`", refused)} == RESERVED_HEADERS
+
+
+def test_every_credential_option_has_its_row() -> None:
+    text = PAGE.read_text()
+    for name, field in CredentialChanges.model_fields.items():
+        row = re.search(rf"^\| `{name}` \| `--[\w-]+[^|]*` \| [^|]+ \| ([^|]+) \|$", text, re.M)
+        assert row, name
+        if field.description:
+            assert row.group(1).strip() == field.description, name

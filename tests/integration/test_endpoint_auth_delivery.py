@@ -108,7 +108,7 @@ def _handshake(url: str, ca_file: str, cert: Path | None) -> str:
     context = ssl.create_default_context(cafile=ca_file)
     if cert is not None:
         context.load_cert_chain(cert)
-    port = int(url.split(":")[2].split("/")[0])
+    port = int(url.split(":")[2].split("/", maxsplit=1)[0])
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
                 context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:

@@ -89,7 +89,7 @@ class MutualTLSReceiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("content-length", 0)))
                 peer: Any = self.connection.getpeercert()  # type: ignore[attr-defined]
                 subject = ",".join(f"{k}={v}" for rdn in peer["subject"] for k, v in rdn)

@@ -47,7 +47,8 @@ PUBLIC: dict[str, set[str]] = {
     "outbox.worker": {"demo_runner", "drain", "ping", "run_worker", "worker_settings"},
     "outbox.admin.endpoints": {
         "ACTORS", "Created", "DeliveryCredentials", "Endpoint", "Rotated", "URL_MAX_LENGTH",
-        "Updated", "add", "check_destination", "delivery_credentials", "get", "list_all", "parse_id", "rotate_secret", "set_enabled",
+        "Updated", "add", "check_destination", "delivery_credentials", "get", "list_all",
+        "parse_id", "rotate_secret", "set_enabled",
         "signing_secrets", "update", "validate_headers", "validate_text", "validate_url",
     },
     "outbox.admin.deadletter": {
