@@ -118,7 +118,7 @@ def test_updates_are_checked_against_the_endpoint_as_it_is(db_url: str) -> None:
                 credentials=_creds(bearer_token=TOKEN, secret_headers={"X-Api-Key": API_KEY}))
     eid = made.endpoint.id
     before = snapshot(db_url)
-    cases = [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"headers": {"Authorization": "Basic x"}}, "conflicts with the endpoint's bearer"),
         ({"credentials": _creds(secret_headers={"x-team": "s3cr3t-team"})},
          "'x-team' is both a plain header"),

@@ -91,7 +91,7 @@ class MutualTLSReceiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("content-length", 0)))
-                peer: Any = self.connection.getpeercert()  # type: ignore[attr-defined]
+                peer: Any = self.connection.getpeercert()
                 subject = ",".join(f"{k}={v}" for rdn in peer["subject"] for k, v in rdn)
                 receiver.received.append(({k.lower(): v for k, v in self.headers.items()},
                                           subject))

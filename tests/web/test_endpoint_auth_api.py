@@ -4,6 +4,8 @@ on its own endpoints only."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
@@ -32,7 +34,7 @@ def test_create_and_patch_show_names_and_kind_only(api: TestClient) -> None:
         assert TOKEN not in answer and KEY not in answer
 
 
-BAD = [
+BAD: list[tuple[dict[str, Any], str]] = [
     ({"secret_headers": {"Host": KEY}}, "is set by outbox"),
     ({"secret_headers": {"X-Team": KEY}, "headers": {"x-team": "ops"}}, "both a plain"),
     ({"basic_auth": "u:" + TOKEN, "bearer_token": TOKEN}, "not both"),
