@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from outbox.admin.portal import WebSettings
-from tests.web.conftest import World, enter_portal, new_client, snapshot
+from tests.web.conftest import World, enter_portal, login, new_client, snapshot
 
 TOKEN = "api-token-31337-xyz"
 KEY = "api-key-271828-abc"
@@ -84,3 +84,20 @@ def test_the_contract_marks_the_credentials_write_only(api: TestClient) -> None:
         for name in ("secret_headers", "basic_auth", "bearer_token", "tls_client_cert",
                      "tls_client_key"):
             assert props[name].get("writeOnly") is True, (model, name)
+
+
+def test_console_and_portal_pages_show_names_and_kinds_only(
+        app: FastAPI, api: TestClient, web_settings: WebSettings, world: World) -> None:
+    with new_client(app) as client:
+        h = {"X-CSRF-Token": enter_portal(client, web_settings, "acme")}
+        set_ = client.patch(f"/api/portal/endpoints/{world.a.endpoint}", headers=h,
+                            json={"bearer_token": TOKEN, "secret_headers": {"X-Api-Key": KEY}})
+        assert set_.status_code == 200, set_.text
+        portal = client.get("/portal/")
+    with new_client(app) as console:
+        login(console)
+        page = console.get("/endpoints")
+    for answer in (portal, page):
+        assert answer.status_code == 200
+        assert "auth: bearer · secret headers: X-Api-Key" in answer.text
+        assert TOKEN not in answer.text and KEY not in answer.text
