@@ -13,6 +13,7 @@ New and re-enabled endpoints receive events emitted after their commit, never ea
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import uuid
 from collections.abc import Mapping, Sequence
@@ -284,7 +285,9 @@ def update(
     warnings: tuple[str, ...] = ()
     if url is not None and allow_networks is not None:
         warnings = check_destination(url, allow_networks)
-    with conn.transaction():
+    # the checked row stays locked until the update commits: in autocommit mode this block's
+    # transaction; else the caller's (which commits or rolls back the update as before)
+    with conn.transaction() if conn.autocommit else contextlib.nullcontext():
         auth.check_change(conn, schema, eid, params, url)
         row = _one(conn, queries.ENDPOINT_UPDATE, schema, params)
     if row is None:

@@ -267,3 +267,17 @@ def test_cli_refusals_are_clear_and_quote_no_value(db_url: str, tmp_path: Path) 
     assert bad.exit_code == 1 and "not a PEM certificate" in bad.output
     assert CLIENT.key.splitlines()[1] not in bad.output
     assert snapshot(db_url) == before
+
+
+def test_update_inside_the_callers_transaction_commits_with_it(
+        conn: psycopg.Connection[Any]) -> None:
+    made = ep.add(conn, URL, schema=SCHEMA, box=SecretBox())
+    conn.commit()
+    ep.update(conn, made.endpoint.id, schema=SCHEMA, box=SecretBox(),
+              credentials=EndpointCredentials(bearer_token=TOKEN))
+    conn.rollback()
+    assert ep.get(conn, made.endpoint.id, schema=SCHEMA).auth_kind is None
+    ep.update(conn, made.endpoint.id, schema=SCHEMA, box=SecretBox(),
+              credentials=EndpointCredentials(bearer_token=TOKEN))
+    conn.commit()
+    assert ep.get(conn, made.endpoint.id, schema=SCHEMA).auth_kind == "bearer"
