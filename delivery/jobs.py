@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,11 +33,12 @@ class Job:
     credentials: str | None = None  # a broker URL's user:pass, opened (never logged)
     # The endpoint's credentials (outbox.admin._endpoint_auth), opened, never logged: secret
     # headers {name: value}, the auth kind and its secret, the TLS client cert and key (PEM).
-    secret_headers: dict[str, str] | None = None
+    # (not in the repr: a job in a log line or a traceback shows none of them)
+    secret_headers: dict[str, str] | None = field(default=None, repr=False)
     auth_kind: str | None = None
-    auth_secret: str | None = None
-    tls_client_cert: str | None = None
-    tls_client_key: str | None = None
+    auth_secret: str | None = field(default=None, repr=False)
+    tls_client_cert: str | None = field(default=None, repr=False)
+    tls_client_key: str | None = field(default=None, repr=False)
 
     @property
     def webhook_id(self) -> str:

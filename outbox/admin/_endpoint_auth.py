@@ -56,13 +56,14 @@ _BAD_TEXT = re.compile(r"[\x00-\x1f\x7f]")
 
 @dataclass(frozen=True, slots=True)
 class DeliveryCredentials:
-    """An endpoint's credentials, opened, for sending (the worker, ping): never display."""
+    """An endpoint's credentials, opened, for sending (the worker, ping): never display
+    (its repr shows only the auth kind)."""
 
-    secret_headers: dict[str, str] = field(default_factory=dict)
+    secret_headers: dict[str, str] = field(default_factory=dict, repr=False)
     auth_kind: str | None = None
-    auth_secret: str | None = None
-    tls_client_cert: str | None = None
-    tls_client_key: str | None = None
+    auth_secret: str | None = field(default=None, repr=False)
+    tls_client_cert: str | None = field(default=None, repr=False)
+    tls_client_key: str | None = field(default=None, repr=False)
 
 
 def _auth(creds: EndpointCredentials) -> tuple[str, str] | None:

@@ -156,3 +156,20 @@ def test_mutual_tls_delivery_needs_the_endpoints_certificate(
     logged = caplog.text + _attempt_texts(db_url)
     for secret in (TOKEN, client.key.splitlines()[1]):
         assert secret not in logged
+
+
+def test_a_job_or_credentials_repr_shows_no_secret(db_url: str) -> None:
+    import datetime as dt
+
+    from outbox.delivery.ping import ping_job
+
+    eid = add_endpoint(db_url, "https://hooks.example.com/x", box=SecretBox(),
+                       credentials=EndpointCredentials(secret_headers={"X-Api-Key": API_KEY},
+                                                       bearer_token=TOKEN))
+    with psycopg.connect(db_url, autocommit=True) as c:
+        endpoint = ep.get(c, eid, schema=SCHEMA)
+        auth = ep.delivery_credentials(c, eid, schema=SCHEMA, box=SecretBox())
+    job = ping_job(endpoint, [SECRET], dt.datetime.now(dt.UTC), auth=auth)
+    assert job.auth_secret == TOKEN and job.secret_headers == {"X-Api-Key": API_KEY}
+    for text in (repr(job), repr(auth)):
+        assert TOKEN not in text and API_KEY not in text and "bearer" in text
