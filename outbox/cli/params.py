@@ -6,6 +6,7 @@ A bad value is a usage error (exit 2) naming the option and an accepted form.
 from __future__ import annotations
 
 import datetime as dt
+import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -152,6 +153,18 @@ def _read_pem(ctx: click.Context, param: click.Parameter, value: Any) -> str | N
                                  ctx=ctx, param=param) from None
 
 
+def _from_stdin(ctx: click.Context, param: click.Parameter, value: Any) -> str | None:
+    """``-``: the value is the first line of standard input (kept out of ``ps`` and shell
+    history); anything else as given."""
+    if value != "-":
+        return value if value is None else str(value)
+    line = sys.stdin.readline().rstrip("\r\n")
+    if not line:
+        raise click.BadParameter("'-' reads the value from standard input, which was empty",
+                                 ctx=ctx, param=param)
+    return line
+
+
 def credential_options(update: bool) -> Callable[[F], F]:
     """The :class:`~outbox.admin.endpoint_options.EndpointCredentials` flags of add and
     (``update``) update, which also gets the flags that remove them. Values are never
@@ -160,10 +173,12 @@ def credential_options(update: bool) -> Callable[[F], F]:
         click.option("--secret-header", "secret_headers", multiple=True, metavar="K=V",
                      help="Header whose value is secret (an API key): sent with every "
                           "delivery, stored sealed, shown by name only (repeatable)."),
-        click.option("--basic-auth", metavar="USER:PASS", default=None,
-                     help="HTTP Basic auth on every delivery (stored sealed)."),
-        click.option("--bearer-token", metavar="TOKEN", default=None,
-                     help="Authorization: Bearer TOKEN on every delivery (stored sealed)."),
+        click.option("--basic-auth", metavar="USER:PASS", default=None, callback=_from_stdin,
+                     help="HTTP Basic auth on every delivery (stored sealed; '-': read it "
+                          "from standard input)."),
+        click.option("--bearer-token", metavar="TOKEN", default=None, callback=_from_stdin,
+                     help="Authorization: Bearer TOKEN on every delivery (stored sealed; "
+                          "'-': read it from standard input)."),
         click.option("--tls-client-cert", metavar="FILE", default=None, callback=_read_pem,
                      help="Mutual TLS: the client certificate (chain), a PEM file."),
         click.option("--tls-client-key", metavar="FILE", default=None, callback=_read_pem,

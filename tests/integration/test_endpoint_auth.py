@@ -281,3 +281,23 @@ def test_update_inside_the_callers_transaction_commits_with_it(
               credentials=EndpointCredentials(bearer_token=TOKEN))
     conn.commit()
     assert ep.get(conn, made.endpoint.id, schema=SCHEMA).auth_kind == "bearer"
+
+
+def test_cli_reads_a_token_from_stdin(db_url: str) -> None:
+    from click.testing import CliRunner
+
+    from outbox.cli import cli, load_commands
+
+    load_commands()
+    base = ["--database-url", db_url, "--schema", SCHEMA, "endpoints"]
+    runner = CliRunner()
+    added = runner.invoke(cli, [*base, "add", URL, "--bearer-token", "-"], input=TOKEN + "\n",
+                          env={"OUTBOX_ALLOW_NETWORKS": None})
+    assert added.exit_code == 0, added.output
+    assert TOKEN not in added.output
+    eid = added.stdout.split()[1]
+    with psycopg.connect(db_url, autocommit=True) as c:
+        opened = ep.delivery_credentials(c, eid, schema=SCHEMA, box=SecretBox())
+    assert opened.auth_secret == TOKEN
+    empty = runner.invoke(cli, [*base, "update", eid, "--basic-auth", "-"], input="")
+    assert empty.exit_code == 2 and "standard input, which was empty" in empty.output
