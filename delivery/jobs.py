@@ -31,6 +31,12 @@ class Job:
     max_in_flight: int | None = None
     traceparent: str | None = None  # W3C trace context of the emitting span
     credentials: str | None = None  # a broker URL's user:pass, opened (never logged)
+    # OAuth2 client credentials (delivery/oauth2.py): set when the token URL is; the
+    # client secret opened (never logged)
+    oauth2_token_url: str | None = None
+    oauth2_client_id: str | None = None
+    oauth2_client_secret: str | None = None
+    oauth2_scope: str | None = None
 
     @property
     def webhook_id(self) -> str:

@@ -9,9 +9,12 @@ broker scheme a publish of the same signed bytes and headers (:mod:`.transports`
 from __future__ import annotations
 
 import functools
+import time
+from collections.abc import Mapping
 
 from outbox._destinations import is_broker
 from outbox.delivery.jobs import Job
+from outbox.delivery.oauth2 import Client, TokenFailure
 from outbox.delivery.outcome import AttemptResult
 from outbox.delivery.sender import PhaseTimeouts, Transport, send
 from outbox.delivery.settings import WorkerSettings
@@ -55,7 +58,8 @@ async def send_job(transport: Transport, job: Job, settings: WorkerSettings,
     ``connect_timeout_seconds`` of it (reads are bounded by the total alone); at most
     ``response_body_cap`` bytes of the answer are kept. Never raises for a network or HTTP
     failure (see :func:`~.sender.send`). A broker URL is published to through
-    ``transport.brokers`` instead, under the same total timeout.
+    ``transport.brokers`` instead, under the same total timeout. An endpoint with OAuth2
+    goes through :func:`send_authorized`.
     """
     body = job.payload.encode()
     headers = build_headers(job, body, user_agent=settings.user_agent, timestamp=timestamp)
@@ -65,5 +69,46 @@ async def send_job(transport: Transport, job: Job, settings: WorkerSettings,
                                             to_message(job, body, headers, timestamp),
                                             total_timeout=total)
     timeout = _timeouts(min(total, settings.connect_timeout_seconds))
+    if job.oauth2_token_url is not None:
+        return await send_authorized(transport, job, body, headers, total,
+                                     settings.connect_timeout_seconds,
+                                     settings.response_body_cap)
     return await send(transport, job.url, body, headers, timeout=timeout, total_timeout=total,
                       body_cap=settings.response_body_cap)
+
+
+async def send_authorized(transport: Transport, job: Job, body: bytes,
+                          headers: Mapping[str, str], total: float, connect: float,
+                          body_cap: int) -> AttemptResult:
+    """The POST of an OAuth2 endpoint: with ``Authorization: Bearer`` and the token of
+    ``transport.tokens`` (:mod:`.oauth2`), sent once more with a new token if the receiver
+    answers 401 (once: the second answer is the attempt's, classified as any other).
+
+    ``total`` bounds the whole attempt: token requests and POSTs together. A token request
+    that fails is the attempt's failure (RETRY ``oauth2_token``, or DEAD ``ssrf`` for a
+    token URL the SSRF guard refuses), never an exception."""
+    assert job.oauth2_token_url is not None
+    client = Client(job.oauth2_token_url, job.oauth2_client_id or "",
+                    job.oauth2_client_secret or "", job.oauth2_scope)
+    plain = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+    deadline = time.monotonic() + total
+    result: AttemptResult | None = None
+    for _ in range(2):
+        left = deadline - time.monotonic()
+        if result is not None and left <= 0:
+            return result
+        started = time.perf_counter()
+        try:
+            token = await transport.tokens.token(client, transport, max(left, 0.001))
+        except TokenFailure as exc:
+            return exc.result((time.perf_counter() - started) * 1000.0)
+        left = max(deadline - time.monotonic(), 0.001)
+        result = await send(transport, job.url, body, {**plain, "authorization": "Bearer "
+                                                       + token},
+                            timeout=_timeouts(min(left, connect)), total_timeout=left,
+                            body_cap=body_cap)
+        if result.status_code != 401:
+            return result
+        transport.tokens.invalidate(client, token)
+    assert result is not None
+    return result

@@ -51,6 +51,7 @@ import aiohttp
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
+from outbox.delivery.oauth2 import TokenCache
 from outbox.delivery.outcome import AttemptResult, classify_attempt
 from outbox.delivery.pinning import GuardedResolver
 from outbox.delivery.transports import Brokers
@@ -214,6 +215,7 @@ class Transport:
         self._urls: dict[str, URL] = {}
         self.deadlines = Deadlines()
         self.brokers = Brokers(resolver)
+        self.tokens = TokenCache()  # OAuth2 access tokens of this process (.oauth2)
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:

@@ -44,6 +44,7 @@ _JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
 _SECRET = _JOB_FIELDS.index("secret")  # previous_secret follows it
 assert _JOB_FIELDS[_SECRET + 1] == "previous_secret"
 _CREDENTIALS = _JOB_FIELDS.index("credentials")
+_OAUTH2_SECRET = _JOB_FIELDS.index("oauth2_client_secret")
 
 
 class Backlog(NamedTuple):
@@ -88,6 +89,8 @@ def job_row(box: SecretBox) -> AsyncRowFactory[Job]:
             v[_SECRET + 1] = open_(previous) if previous else None
             if v[_CREDENTIALS] is not None:
                 v[_CREDENTIALS] = open_(v[_CREDENTIALS])
+            if v[_OAUTH2_SECRET] is not None:
+                v[_OAUTH2_SECRET] = open_(v[_OAUTH2_SECRET])
             return Job(*v)
 
         return make

@@ -268,7 +268,8 @@ SELECT c.id AS delivery_id, c.attempts AS attempt, c.lease_token AS token, c.eve
        CASE WHEN ep.previous_secret_expires_at > now() THEN ep.previous_secret END
            AS previous_secret,
        ep.headers, ep.max_attempts, ep.retry_base_seconds, ep.retry_cap_seconds,
-       ep.timeout_seconds, ep.max_in_flight, ev.traceparent, ep.url_credentials AS credentials
+       ep.timeout_seconds, ep.max_in_flight, ev.traceparent, ep.url_credentials AS credentials,
+       ep.oauth2_token_url, ep.oauth2_client_id, ep.oauth2_client_secret, ep.oauth2_scope
   FROM claimed c
   CROSS JOIN LATERAL (SELECT * FROM {schema}.events e
                        WHERE e.id = c.event_id LIMIT 1) ev

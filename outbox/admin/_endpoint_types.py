@@ -35,6 +35,11 @@ class Endpoint:
     rate_limit: float | None = None
     rate_burst: int | None = None
     tenant_rate_limit: float | None = None
+    # OAuth2 client credentials (outbox.admin.endpoint_oauth2): configured when the token
+    # URL is set; the client secret is never read back.
+    oauth2_token_url: str | None = None
+    oauth2_client_id: str | None = None
+    oauth2_scope: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ from outbox.admin._endpoint_checks import (
 )
 from outbox.admin._endpoint_types import Created, Endpoint, Rotated, Updated
 from outbox.admin._routing import validate_scope
+from outbox.admin.endpoint_oauth2 import OAuth2Options, oauth2_params
 from outbox.admin.endpoint_options import EndpointOptions
 from outbox.errors import EndpointNotFound, InvalidEndpoint, OperationRefused
 from outbox.settings import get_settings
@@ -104,6 +105,7 @@ def add(
     box: SecretBox | None = None,
     allow_brokers: bool = True,
     options: EndpointOptions | None = None,
+    oauth2: OAuth2Options | None = None,
 ) -> Created:
     """Register an endpoint. Without ``secret`` one is generated and returned once.
 
@@ -122,6 +124,9 @@ def add(
     (never shown again); ``allow_brokers=False`` (the portal) refuses broker URLs.
     The delivery options (``max_attempts`` ... ``max_in_flight``) may also come as
     ``options``; keyword arguments given win. Their ranges: :mod:`outbox.admin.endpoint_options`.
+    ``oauth2``: OAuth2 client credentials (all three or none; the client secret sealed by
+    ``box``; the token URL checked against ``allow_networks`` too):
+    :mod:`outbox.admin.endpoint_oauth2`.
     """
     validate_url(url, allow_brokers=allow_brokers)
     stored_url, credentials = split_url(url)
@@ -140,10 +145,13 @@ def add(
     decode_secret(the_secret)
     params["secret"] = _box(box).seal(the_secret)
     params["url_credentials"] = _box(box).seal(credentials) if credentials else None
+    auth, auth_warnings = oauth2_params(oauth2, box=_box(box), url=url, headers=headers,
+                                        allow_networks=allow_networks)
+    params.update(auth)
     warnings = () if allow_networks is None else check_destination(stored_url, allow_networks)
     row = _one(conn, queries.ENDPOINT_INSERT, schema, params)
     assert row is not None
-    return Created(row, the_secret if generated else None, warnings)
+    return Created(row, the_secret if generated else None, warnings + auth_warnings)
 
 
 def list_all(conn: psycopg.Connection[Any], *, schema: str, tenant: str | None = None
@@ -229,6 +237,8 @@ def update(
     box: SecretBox | None = None,
     allow_brokers: bool = True,
     options: EndpointOptions | None = None,
+    oauth2: OAuth2Options | None = None,
+    clear_oauth2: bool = False,
 ) -> Updated:
     """Change an endpoint in one statement; ``None`` leaves a field as it is.
 
@@ -242,7 +252,9 @@ def update(
     A new broker ``url`` replaces the stored credentials with its own (none if it has none).
     ``rate_limit`` / ``rate_burst`` apply to the next claims of every worker;
     ``clear_rate_limit`` removes both (the adaptive throttling still applies). ``options``: as for
-    :func:`add` (its unset fields are unchanged).
+    :func:`add` (its unset fields are unchanged). ``oauth2``: as for :func:`add`, except
+    that an endpoint with OAuth2 may change any of its options alone (``oauth2_scope=""``
+    removes the scope); ``clear_oauth2`` removes OAuth2.
     """
     eid = parse_id(endpoint_id)
     if clear_rate_limit and (rate_limit is not None or rate_burst is not None):
@@ -266,13 +278,32 @@ def update(
             rate_burst is None or get(conn, eid, schema=schema).rate_limit is not None)),
         "clear_rate_limit": bool(clear_rate_limit),
     }
-    warnings: tuple[str, ...] = ()
+    auth, warnings = _update_oauth2(conn, eid, schema, oauth2, clear_oauth2, url=url,
+                                    headers=None if headers is None else params["headers"].obj,
+                                    clear_headers=clear_headers, box=box,
+                                    allow_networks=allow_networks)
+    params.update(auth)
     if url is not None and allow_networks is not None:
-        warnings = check_destination(url, allow_networks)
+        warnings += check_destination(url, allow_networks)
     row = _one(conn, queries.ENDPOINT_UPDATE, schema, params)
     if row is None:
         raise EndpointNotFound(f"no endpoint {eid}")
     return Updated(row, warnings)
+
+
+def _update_oauth2(conn: psycopg.Connection[Any], eid: uuid.UUID, schema: str,
+                   oauth2: OAuth2Options | None, clear: bool, *, url: str | None,
+                   headers: Mapping[str, str] | None, clear_headers: bool,
+                   box: SecretBox | None, allow_networks: Sequence[IPNetwork] | None,
+                   ) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """``update``'s OAuth2 parameters, checked against the endpoint as it will be."""
+    if not clear and (oauth2 is None or not oauth2.given()) and not headers:
+        return oauth2_params(None, box=_box(box), url=None, headers=None)
+    current = get(conn, eid, schema=schema)
+    merged = {**({} if clear_headers else current.headers), **(headers or {})}
+    return oauth2_params(oauth2, box=_box(box), url=url or current.url, headers=merged,
+                         current=current.oauth2_token_url is not None, clear=clear,
+                         allow_networks=allow_networks)
 
 
 def set_tenant_rate_limit(

@@ -4,8 +4,8 @@ Guarantees of :func:`reencrypt`:
 
 - All endpoints or none: one transaction (a savepoint inside the caller's transaction),
   with every endpoint row locked for its duration.
-- Afterwards every stored secret (current and rotated-out, and a broker URL's
-  credentials) is sealed with the first key
+- Afterwards every stored secret (current and rotated-out, a broker URL's
+  credentials, an OAuth2 client secret) is sealed with the first key
   of the box; plain (never encrypted) secrets are encrypted.
 - Refused with :class:`~outbox.errors.ConfigurationError`, changing nothing, when the box
   has no key: it never decrypts stored secrets to plain text.
@@ -39,6 +39,7 @@ class _Stored:
     secret: str
     previous_secret: str | None
     url_credentials: str | None
+    oauth2_client_secret: str | None
 
 
 def reencrypt(conn: psycopg.Connection[Any], *, schema: str,
@@ -53,7 +54,8 @@ def reencrypt(conn: psycopg.Connection[Any], *, schema: str,
             rows = cur.execute(render(queries.ENDPOINT_SECRETS_FOR_UPDATE, schema)).fetchall()
         resealed = [
             (box.reseal(r.secret), box.reseal(r.previous_secret) if r.previous_secret else None,
-             box.reseal(r.url_credentials) if r.url_credentials else None, r.id)
+             box.reseal(r.url_credentials) if r.url_credentials else None,
+             box.reseal(r.oauth2_client_secret) if r.oauth2_client_secret else None, r.id)
             for r in rows
         ]
         with conn.cursor() as cur:

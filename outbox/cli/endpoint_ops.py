@@ -14,7 +14,14 @@ from outbox.admin import endpoints as ep
 from outbox.admin import flow
 from outbox.cli.endpoints import endpoint_json, endpoints, parse_headers, print_warnings
 from outbox.cli.output import cut, echo_json, to_jsonable, when
-from outbox.cli.params import Duration, delivery_options, endpoint_options, rate_options
+from outbox.cli.params import (
+    Duration,
+    delivery_options,
+    endpoint_options,
+    oauth2_flags,
+    oauth2_of,
+    rate_options,
+)
 from outbox.cli.root import Context, Failed, pass_ctx
 
 
@@ -40,6 +47,7 @@ def show(ctx: Context, endpoint_id: str, as_json: bool) -> None:
     click.echo(f"event types:  {', '.join(e.event_types) if e.event_types else '*'}")
     click.echo(f"ordered:      {'yes' if e.ordered else 'no'}")
     click.echo(f"rate limit:   {rate_text(e)}")
+    click.echo(f"oauth2:       {oauth2_text(e)}")
     click.echo(f"allowed rate: {flow.describe(state)}")
     click.echo(f"throttled:    {state.throttled_total} time(s) so far")
 
@@ -61,12 +69,15 @@ def show(ctx: Context, endpoint_id: str, as_json: bool) -> None:
 @rate_options
 @click.option("--no-rate-limit", "clear_rate_limit", is_flag=True,
               help="Remove the fixed rate limit and burst (adaptive throttling stays).")
+@oauth2_flags
+@click.option("--no-oauth2", "clear_oauth2", is_flag=True,
+              help="Remove OAuth2 (the token URL, client id, secret and scope).")
 @click.option("--json", "as_json", is_flag=True, help="Print the endpoint as JSON.")
 @pass_ctx
 def update(ctx: Context, /, endpoint_id: str, url: str | None, event_types: tuple[str, ...],
            all_event_types: bool, headers: tuple[str, ...], clear_headers: bool,
            description: str | None, ordered: bool | None, rate_limit: float | None,
-           rate_burst: int | None, clear_rate_limit: bool, as_json: bool,
+           rate_burst: int | None, clear_rate_limit: bool, clear_oauth2: bool, as_json: bool,
            **values: Any) -> None:
     """Change an endpoint; options not given keep their value. Validated like `add`,
     including the address check of a new URL (see `outbox endpoints add --help`).
@@ -77,11 +88,13 @@ def update(ctx: Context, /, endpoint_id: str, url: str | None, event_types: tupl
       outbox endpoints update 0193... --event-type invoice.paid --event-type invoice.void
       outbox endpoints update 0193... --clear-headers --header "X-Team=billing"
       outbox endpoints update 0193... --rate-limit 50 --burst 100
+      outbox endpoints update 0193... --oauth2-client-secret "$NEW_SECRET"
     """
     options = endpoint_options(values)
+    oauth2 = oauth2_of(values)
     changes: list[Any] = [url, event_types, all_event_types, headers, clear_headers,
                           description, *options.given().values(), rate_limit, rate_burst,
-                          clear_rate_limit]
+                          clear_rate_limit, *oauth2.given().values(), clear_oauth2]
     if ordered is None and not any(c not in (None, False, ()) for c in changes):
         raise click.UsageError("nothing to update: give at least one option (see --help)")
     if event_types and all_event_types:
@@ -95,7 +108,7 @@ def update(ctx: Context, /, endpoint_id: str, url: str | None, event_types: tupl
             all_event_types=all_event_types, headers=parsed, clear_headers=clear_headers,
             description=description, options=options, ordered=ordered,
             rate_limit=rate_limit, rate_burst=rate_burst, clear_rate_limit=clear_rate_limit,
-            allow_networks=ctx.allow_networks() if url is not None else None,
+            allow_networks=ctx.allow_networks(), oauth2=oauth2, clear_oauth2=clear_oauth2,
         )
     print_warnings(done.warnings)
     if as_json:
@@ -108,6 +121,7 @@ def update(ctx: Context, /, endpoint_id: str, url: str | None, event_types: tupl
     click.echo(f"  headers:     {', '.join(f'{k}={v}' for k, v in e.headers.items()) or '-'}")
     click.echo(f"  ordered:     {'yes' if e.ordered else 'no'}")
     click.echo(f"  rate limit:  {rate_text(e)}")
+    click.echo(f"  oauth2:      {oauth2_text(e)}")
 
 
 def rate_text(e: ep.Endpoint) -> str:
@@ -120,6 +134,14 @@ def rate_text(e: ep.Endpoint) -> str:
     if e.tenant_rate_limit is not None:
         parts.append(f"tenant's own {e.tenant_rate_limit:g}/s")
     return "; ".join(parts)
+
+
+def oauth2_text(e: ep.Endpoint) -> str:
+    """``client ID at URL, scope S`` (never the secret), or ``-``."""
+    if e.oauth2_token_url is None:
+        return "-"
+    scope = f", scope {e.oauth2_scope}" if e.oauth2_scope else ""
+    return f"client {e.oauth2_client_id} at {e.oauth2_token_url}{scope}"
 
 
 @endpoints.command("rotate-secret")

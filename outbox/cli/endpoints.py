@@ -10,7 +10,14 @@ import click
 
 from outbox.admin import endpoints as ep
 from outbox.cli.output import print_table
-from outbox.cli.params import delivery_options, endpoint_options, rate_options, tenant_option
+from outbox.cli.params import (
+    delivery_options,
+    endpoint_options,
+    oauth2_flags,
+    oauth2_of,
+    rate_options,
+    tenant_option,
+)
 from outbox.cli.root import Context, cli, pass_ctx
 
 
@@ -70,6 +77,7 @@ def endpoints() -> None:
                    "after the previous one is delivered (docs: guides/ordering.md).")
 @delivery_options
 @rate_options
+@oauth2_flags
 @pass_ctx
 def add(ctx: Context, /, url: str, event_types: tuple[str, ...], tenant: str | None,
         all_tenants: bool, secret: str | None,
@@ -96,21 +104,30 @@ def add(ctx: Context, /, url: str, event_types: tuple[str, ...], tenant: str | N
     at once above that, --burst). Without it, workers still slow down by themselves when
     the endpoint answers 429 or 503 or times out (docs: Flow control).
 
+    With --oauth2-token-url, --oauth2-client-id and --oauth2-client-secret (all three),
+    each delivery carries "Authorization: Bearer TOKEN", a client-credentials token the
+    worker fetches from that URL and reuses until shortly before it expires (docs:
+    Endpoints, OAuth2). The client secret is stored sealed and never shown again.
+
     \b
     Examples:
       outbox endpoints add https://example.com/hooks --event-type invoice.paid \\
           --header "X-Team=billing"
       outbox endpoints add https://acme.example/hooks --tenant acme --event-type 'invoice.*'
       outbox endpoints add 'amqp://app:secret@mq.internal/shop?exchange=orders'
+      outbox endpoints add https://api.example/hooks \\
+          --oauth2-token-url https://login.example/oauth2/token \\
+          --oauth2-client-id outbox --oauth2-client-secret "$SECRET" --oauth2-scope hooks
     """
     parsed = parse_headers(headers)
+    oauth2 = oauth2_of(options)
     with ctx.connect() as conn:
         created = ep.add(
             conn, url, schema=ctx.schema, event_types=event_types or None, tenant=tenant,
             all_tenants=all_tenants, secret=secret,
             headers=parsed, description=description, options=endpoint_options(options),
             ordered=ordered, rate_limit=rate_limit, rate_burst=rate_burst,
-            allow_networks=ctx.allow_networks(),
+            allow_networks=ctx.allow_networks(), oauth2=oauth2,
         )
     print_warnings(created.warnings)
     click.echo(f"id:     {created.endpoint.id}")

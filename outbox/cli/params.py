@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import click
 
 from outbox.admin import _timeparse
+from outbox.admin.endpoint_oauth2 import OAuth2Options, fields
 from outbox.admin.endpoint_options import EndpointOptions, limits
 
 
@@ -138,3 +139,20 @@ def endpoint_options(values: dict[str, Any]) -> EndpointOptions:
 def tenant_option(help_text: str) -> Callable[[F], F]:
     """``--tenant ID``: scope a command to one tenant (validated by the library)."""
     return click.option("--tenant", default=None, metavar="ID", help=help_text)
+
+
+def oauth2_flags(f: F) -> F:
+    """One ``--oauth2-*`` option per :class:`~outbox.admin.endpoint_oauth2.OAuth2Options`
+    field (add and update take exactly what the library and the API take); the command
+    receives them as keyword arguments named after the fields (:func:`oauth2_of`)."""
+    for spec in reversed(fields()):
+        f = click.option(spec["flag"], spec["name"], default=None, metavar=spec["metavar"],
+                         help=spec["help"] + ".")(f)
+    return f
+
+
+def oauth2_of(values: dict[str, Any]) -> OAuth2Options:
+    """The :func:`oauth2_flags` a command received (popped from ``values``), checked
+    (:class:`~outbox.errors.InvalidEndpoint` naming each bad one)."""
+    return OAuth2Options.checked({name: v for name in OAuth2Options.model_fields
+                                  if (v := values.pop(name, None)) is not None})

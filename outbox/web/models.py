@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from fastapi import Body, Path
 from pydantic import BaseModel, ConfigDict, Field
 
+from outbox.admin.endpoint_oauth2 import OAuth2Fields, OAuth2Options
 from outbox.admin.endpoint_options import TEXT_PATTERN, EndpointOptions, Headers
 
 _Types = list[str] | None
@@ -38,8 +39,10 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class PortalEndpointIn(Strict):
-    """A customer's new endpoint (its tenant is the portal session's)."""
+class PortalEndpointIn(Strict, OAuth2Fields):
+    """A customer's new endpoint (its tenant is the portal session's); the ``oauth2_*``
+    fields are :class:`~outbox.admin.endpoint_oauth2.OAuth2Fields`' (the client secret
+    write-only: no answer shows it)."""
 
     url: str = Field(max_length=2048)
     event_types: _Types = Field(default=None, max_length=100)
@@ -53,6 +56,11 @@ def options_of(body: BaseModel) -> EndpointOptions:
     return EndpointOptions(**body.model_dump(include=set(EndpointOptions.model_fields)))
 
 
+def oauth2_of(body: BaseModel) -> OAuth2Options:
+    """The :class:`~outbox.admin.endpoint_oauth2.OAuth2Options` fields of a request body."""
+    return OAuth2Options(**body.model_dump(include=set(OAuth2Options.model_fields)))
+
+
 class EndpointIn(PortalEndpointIn, EndpointOptions):
     """``POST /api/endpoints``: as ``outbox endpoints add`` (the delivery options are
     :class:`~outbox.admin.endpoint_options.EndpointOptions`'s, ranges included)."""
@@ -64,8 +72,9 @@ class EndpointIn(PortalEndpointIn, EndpointOptions):
     rate_burst: int | None = Field(default=None, ge=1, le=1_000_000)
 
 
-class PortalEndpointPatch(Strict):
-    """A customer's change to its endpoint; absent fields keep their value."""
+class PortalEndpointPatch(Strict, OAuth2Fields):
+    """A customer's change to its endpoint; absent fields keep their value.
+    ``clear_oauth2`` removes OAuth2 (``oauth2_scope: ""`` only the scope)."""
 
     url: str | None = Field(default=None, max_length=2048)
     event_types: _Types = Field(default=None, max_length=100)
@@ -76,6 +85,7 @@ class PortalEndpointPatch(Strict):
     # requests per second (the portal: the tenant's own, at most the operator's)
     rate_limit: float | None = Field(default=None, gt=0, le=1_000_000, allow_inf_nan=False)
     clear_rate_limit: bool = False
+    clear_oauth2: bool = False
 
 
 class EndpointPatch(PortalEndpointPatch, EndpointOptions):

@@ -9,7 +9,8 @@ ENDPOINT_COLUMNS = """
     id, url, description, tenant, all_tenants, event_types, headers, enabled, disabled_reason,
     max_attempts, retry_base_seconds, retry_cap_seconds, timeout_seconds, max_in_flight,
     ordered, previous_secret_expires_at, created_at, updated_at,
-    rate_limit, rate_burst, tenant_rate_limit
+    rate_limit, rate_burst, tenant_rate_limit,
+    oauth2_token_url, oauth2_client_id, oauth2_scope
 """
 
 ENDPOINT_INSERT = (
@@ -17,12 +18,15 @@ ENDPOINT_INSERT = (
 INSERT INTO {schema}.endpoints
     (id, url, description, tenant, all_tenants, secret, event_types, headers,
      max_attempts, retry_base_seconds, retry_cap_seconds, timeout_seconds, max_in_flight,
-     ordered, url_credentials, rate_limit, rate_burst)
+     ordered, url_credentials, rate_limit, rate_burst,
+     oauth2_token_url, oauth2_client_id, oauth2_client_secret, oauth2_scope)
 VALUES (%(id)s, %(url)s, %(description)s, %(tenant)s, %(all_tenants)s, %(secret)s,
         %(event_types)s, %(headers)s,
         %(max_attempts)s, %(retry_base_seconds)s, %(retry_cap_seconds)s,
         %(timeout_seconds)s, %(max_in_flight)s, %(ordered)s, %(url_credentials)s,
-        %(rate_limit)s, %(rate_burst)s)
+        %(rate_limit)s, %(rate_burst)s,
+        %(oauth2_token_url)s, %(oauth2_client_id)s, %(oauth2_client_secret)s,
+        NULLIF(%(oauth2_scope)s::text, ''))
 RETURNING"""
     + ENDPOINT_COLUMNS
 )
@@ -101,6 +105,16 @@ UPDATE {schema}.endpoints
                          ELSE COALESCE(%(rate_limit)s::float8, rate_limit) END,
        rate_burst = CASE WHEN %(clear_rate_limit)s THEN NULL
                          ELSE COALESCE(%(rate_burst)s::integer, rate_burst) END,
+       oauth2_token_url = CASE WHEN %(oauth2_clear)s THEN NULL
+                               ELSE COALESCE(%(oauth2_token_url)s::text, oauth2_token_url) END,
+       oauth2_client_id = CASE WHEN %(oauth2_clear)s THEN NULL
+                               ELSE COALESCE(%(oauth2_client_id)s::text, oauth2_client_id) END,
+       oauth2_client_secret = CASE WHEN %(oauth2_clear)s THEN NULL
+                                   ELSE COALESCE(%(oauth2_client_secret)s::text,
+                                                 oauth2_client_secret) END,
+       oauth2_scope = CASE WHEN %(oauth2_clear)s THEN NULL
+                           WHEN %(oauth2_scope)s::text IS NULL THEN oauth2_scope
+                           ELSE NULLIF(%(oauth2_scope)s::text, '') END,
        updated_at = now()
  WHERE id = %(id)s
 RETURNING"""
@@ -133,11 +147,13 @@ SELECT secret, CASE WHEN previous_secret_expires_at > now() THEN previous_secret
 ENDPOINT_CREDENTIALS = "SELECT url_credentials FROM {schema}.endpoints WHERE id = %s"
 
 ENDPOINT_SECRETS_FOR_UPDATE = """
-SELECT id, secret, previous_secret, url_credentials FROM {schema}.endpoints
+SELECT id, secret, previous_secret, url_credentials, oauth2_client_secret
+  FROM {schema}.endpoints
  ORDER BY id FOR UPDATE
 """
 ENDPOINT_SET_SECRETS = """
-UPDATE {schema}.endpoints SET secret = %s, previous_secret = %s, url_credentials = %s
+UPDATE {schema}.endpoints SET secret = %s, previous_secret = %s, url_credentials = %s,
+       oauth2_client_secret = %s
  WHERE id = %s
 """
 
