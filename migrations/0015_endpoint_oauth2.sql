@@ -24,7 +24,7 @@ ALTER TABLE endpoints
         CHECK (oauth2_token_url ~ '^https?://[^[:space:][:cntrl:]]+$'
                AND char_length(oauth2_token_url) <= 2048),
     ADD CONSTRAINT endpoints_oauth2_client_id_bounds
-        CHECK (oauth2_client_id ~ '^[ -~]{1,1024}$'),
+        CHECK (oauth2_client_id ~ '^[ -~]+$' AND char_length(oauth2_client_id) <= 1024),
     -- sealed ("enc:v1:..." of at most 4,096 characters) or, without a key, plain
     ADD CONSTRAINT endpoints_oauth2_client_secret_bounds
         CHECK (char_length(oauth2_client_secret) BETWEEN 1 AND 8192),
