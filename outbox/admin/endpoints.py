@@ -297,7 +297,7 @@ def _update_oauth2(conn: psycopg.Connection[Any], eid: uuid.UUID, schema: str,
                    box: SecretBox | None, allow_networks: Sequence[IPNetwork] | None,
                    ) -> tuple[dict[str, Any], tuple[str, ...]]:
     """``update``'s OAuth2 parameters, checked against the endpoint as it will be."""
-    if not clear and (oauth2 is None or not oauth2.given()) and not headers:
+    if not clear and (oauth2 is None or not oauth2.given()) and not headers and url is None:
         return oauth2_params(None, box=_box(box), url=None, headers=None)
     current = get(conn, eid, schema=schema)
     merged = {**({} if clear_headers else current.headers), **(headers or {})}

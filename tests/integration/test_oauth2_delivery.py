@@ -60,34 +60,22 @@ def test_a_refused_token_is_refreshed_once_and_the_delivery_goes_through(db_url:
     with TokenServer(expires_in=3600) as server, BearerReceiver(server) as rx:
         add_endpoint(db_url, rx.url, oauth2=oauth2(server))
         emit(db_url, 1)
-        run_until(settings(db_url), lambda: len(rx.delivered()) == 1 and _revoked(server))
-        # one worker from here: its cached token is revoked at the server
-        emit(db_url, 20)
-        run_until(settings(db_url), lambda: len(rx.delivered()) == 21)
-        assert rx.unauthorized() == 0  # a new worker process fetched its own token
-        server.revoke()
-        emit(db_url, 1)
-        cache_hits: list[int] = []
+        revoked: list[bool] = []
 
         def two_phases() -> bool:
-            if len(rx.delivered()) == 22 and not cache_hits:
-                cache_hits.append(server.count)
+            if len(rx.delivered()) == 1 and not revoked:
+                revoked.append(True)
                 server.revoke()  # the token the worker holds is refused from now on
                 emit(db_url, 10)
-            return len(rx.delivered()) == 32
+            return len(rx.delivered()) == 11
 
-        before = server.count
         run_until(settings(db_url), two_phases)
-    # this worker: one fetch at start, then ONE refresh for the ten 401s of the revoked token
-    assert server.count - before == 2, server.requests
+    # one fetch at start, then ONE refresh for the 401s of the revoked token
+    assert server.count == 2, server.requests
     assert 1 <= rx.unauthorized() <= 10
-    outcomes = attempts(db_url)
-    assert {o for o, _, _ in outcomes} == {"delivered"} and len(outcomes) == 32
-
-
-def _revoked(server: TokenServer) -> bool:
-    server.revoke()
-    return True
+    assert {token for _, token, status in rx.seen if status == 401} == {"tok-1"}
+    outcomes = attempts(db_url)  # each 401 was retried within its attempt
+    assert {o for o, _, _ in outcomes} == {"delivered"} and len(outcomes) == 11
 
 
 def test_a_token_endpoint_that_is_down_fails_the_attempt_then_delivers(db_url: str,
@@ -214,3 +202,14 @@ def test_the_token_url_is_checked_by_the_ssrf_guard_at_fetch_time() -> None:
     with TokenServer() as server:
         asyncio.run(main(server))
         assert server.count == 0  # nothing reached it
+
+
+def test_a_second_401_after_the_refresh_is_the_attempt_s_answer(db_url: str) -> None:
+    with TokenServer() as server, BearerReceiver(TokenServer()) as rx:  # never valid there
+        add_endpoint(db_url, rx.url, oauth2=oauth2(server))
+        emit(db_url, 1)
+        run_until(settings(db_url), lambda: len(attempts(db_url)) == 1)
+    assert [(o, c) for o, c, _ in attempts(db_url)] == [("dead", "http_status")]
+    assert [(token, status) for _, token, status in rx.seen] == [("tok-1", 401),
+                                                                  ("tok-2", 401)]
+    assert server.count == 2
