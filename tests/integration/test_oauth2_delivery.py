@@ -78,9 +78,8 @@ def test_a_refused_token_is_refreshed_once_and_the_delivery_goes_through(db_url:
     assert {o for o, _, _ in outcomes} == {"delivered"} and len(outcomes) == 11
 
 
-def test_a_token_endpoint_that_is_down_fails_the_attempt_then_delivers(db_url: str,
-                                                                        caplog: pytest.LogCaptureFixture
-                                                                        ) -> None:
+def test_a_token_endpoint_that_is_down_fails_the_attempt_then_delivers(
+        db_url: str, caplog: pytest.LogCaptureFixture) -> None:
     server = TokenServer(expires_in=60)
     with BearerReceiver(server) as rx:
         # registered while it is down; retried every ~0.5 s, past the 1 s a failure is

@@ -26,7 +26,7 @@ CLIENT_SECRET = "cs-Zq8!v&2 very=secret+value"  # needs form-urlencoding in Basi
 
 
 class _Quiet(BaseHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         return None
 
     def answer(self, status: int, body: bytes, kind: str = "application/json") -> None:
