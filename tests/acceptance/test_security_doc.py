@@ -1,5 +1,6 @@
 """docs/guides/security.md: its Python snippet runs and prints what the page says, and its
-limits table is EndpointOptions' (the page cannot drift from the model)."""
+limits table is EndpointOptions' and its OAuth2 table OAuth2Options' (the page cannot drift
+from the models)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from outbox.admin.endpoint_oauth2 import fields
 from outbox.admin.endpoint_options import RESERVED_HEADERS, limits
 from outbox.cli.params import number
 
@@ -33,3 +35,12 @@ def test_the_limits_table_is_the_models() -> None:
     assert len(re.findall(r"^\| `\w+` \| (?:integer|number) \|", text, re.M)) == len(limits())
     refused = text.split("| Refused names |", 1)[1].split("\n", 1)[0]
     assert {n.lower() for n in re.findall(r"`([\w-]+)`", refused)} == RESERVED_HEADERS
+
+
+def test_the_oauth2_table_is_the_models() -> None:
+    text = PAGE.read_text().split("## OAuth2 options", 1)[1].split("\n## ", 1)[0]
+    for spec in fields():
+        row = f"| `{spec['name']}` | `{spec['flag']} {spec['metavar']}` | text |"
+        assert row in text and text.split(row, 1)[1].split("\n", 1)[0].endswith(
+            f"| {spec['help']} |"), row
+    assert len(re.findall(r"^\| `oauth2_\w+` \|", text, re.M)) == len(fields())

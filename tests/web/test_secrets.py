@@ -1,6 +1,7 @@
 """Secrets never appear in any answer except the once-only creation and rotation answers:
 every GET route of the app (read from the app) is fetched for every object and searched
-for every secret the endpoints have ever had, plain or sealed."""
+for every secret the endpoints have ever had, plain or sealed (signing secrets and OAuth2
+client secrets)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from tests.support.pg import SCHEMA
 from tests.web.conftest import TOKEN, World, enter_portal, login, new_client
 from tests.web.routes import all_routes, fill, is_portal
 
+OAUTH2_SECRET = "cs-oauth2-walk-5523"  # an OAuth2 client secret (outbox.admin.endpoint_oauth2)
+
 
 def test_no_answer_but_create_and_rotate_shows_a_secret(
         db_url: str, app: FastAPI, api: TestClient, web_settings: WebSettings,
@@ -21,16 +24,22 @@ def test_no_answer_but_create_and_rotate_shows_a_secret(
     eid = created.json()["endpoint"]["id"]
     secrets = [created.json()["secret"]]
     secrets.append(api.post(f"/api/endpoints/{eid}/rotate-secret").json()["secret"])
+    oauth2 = api.post("/api/endpoints", json={
+        "url": "http://127.0.0.1:9/o", "tenant": "acme", "oauth2_client_id": "walk",
+        "oauth2_token_url": "http://127.0.0.1:9/token", "oauth2_client_secret": OAUTH2_SECRET})
+    assert oauth2.status_code == 201 and OAUTH2_SECRET not in oauth2.text
+    secrets += [oauth2.json()["secret"], OAUTH2_SECRET]
     with new_client(app) as portal_client:
         csrf = enter_portal(portal_client, web_settings, "acme")
         rotated = portal_client.post(f"/api/portal/endpoints/{world.a.endpoint}/rotate-secret",
                                      headers={"X-CSRF-Token": csrf})
         secrets.append(rotated.json()["secret"])
-        stored = [str(v) for row in execute(db_url, f"SELECT secret, previous_secret FROM"
+        stored = [str(v) for row in execute(db_url, f"SELECT secret, previous_secret,"
+                                                    " oauth2_client_secret FROM"
                                                     f" {SCHEMA}.endpoints") for v in row if v]
         secrets += stored + [s.removeprefix("whsec_") for s in secrets if s]
         secrets.append(TOKEN)
-        values = {"endpoint_id": [eid, str(world.a.endpoint)],
+        values = {"endpoint_id": [eid, str(world.a.endpoint), oauth2.json()["endpoint"]["id"]],
                   "event_id": [str(world.a.events[0])], "delivery_id": [str(world.a.dead[0])],
                   "*": ["x"]}
         with new_client(app) as operator_client:
