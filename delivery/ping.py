@@ -53,10 +53,11 @@ class PingResult:
 
 
 def ping_job(endpoint: Endpoint, secrets: Sequence[str], now: dt.datetime,
-             credentials: str | None = None) -> Job:
+             credentials: str | None = None, oauth2_secret: str | None = None) -> Job:
     """The one-attempt job for a ping of ``endpoint`` at ``now``, signed by ``secrets``
     (current first, then the previous one while its grace runs); ``credentials``: a broker
-    URL's (``outbox.endpoints.url_credentials``)."""
+    URL's (``outbox.endpoints.url_credentials``); ``oauth2_secret``: the OAuth2 client
+    secret of an endpoint with OAuth2 (``outbox.admin.endpoint_oauth2.client_secret``)."""
     if not secrets:
         raise InvalidEndpoint(f"endpoint {endpoint.id} has no signing secret")
     body = json.dumps({"type": PING_TYPE, "timestamp": now.isoformat(timespec="seconds"),
@@ -68,17 +69,21 @@ def ping_job(endpoint: Endpoint, secrets: Sequence[str], now: dt.datetime,
         previous_secret=secrets[1] if len(secrets) > 1 else None, headers=endpoint.headers,
         max_attempts=1, retry_base_seconds=None, retry_cap_seconds=None,
         timeout_seconds=endpoint.timeout_seconds, credentials=credentials,
+        oauth2_token_url=endpoint.oauth2_token_url if oauth2_secret else None,
+        oauth2_client_id=endpoint.oauth2_client_id, oauth2_client_secret=oauth2_secret,
+        oauth2_scope=endpoint.oauth2_scope,
     )
 
 
 async def ping(settings: WorkerSettings, endpoint: Endpoint, secrets: Sequence[str], *,
-               transport: Transport | None = None, credentials: str | None = None
-               ) -> PingResult:
+               transport: Transport | None = None, credentials: str | None = None,
+               oauth2_secret: str | None = None) -> PingResult:
     """Send one ping to ``endpoint`` (see module guarantees); ``transport`` defaults to a
     fresh worker transport, closed afterwards (a given one is left open). A broker
-    endpoint (``credentials``: its URL's) gets one published ``outbox.ping`` message."""
+    endpoint (``credentials``: its URL's) gets one published ``outbox.ping`` message. An
+    endpoint with OAuth2 gets its bearer token (``oauth2_secret``: the client secret)."""
     now = dt.datetime.now(dt.UTC)
-    job = ping_job(endpoint, secrets, now, credentials)
+    job = ping_job(endpoint, secrets, now, credentials, oauth2_secret)
     if transport is None:
         async with make_worker_transport(settings) as own:
             result = await send_job(own, job, settings, timestamp=int(now.timestamp()))

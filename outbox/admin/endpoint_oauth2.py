@@ -27,12 +27,17 @@ and never read back by anything but the worker. The database holds the same rule
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
+import psycopg
+from psycopg.rows import tuple_row
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from outbox._db import queries
+from outbox._db.connection import render, translated
 from outbox._destinations import is_broker
 from outbox._security.secretbox import SecretBox
 from outbox._security.ssrf import (
@@ -52,6 +57,7 @@ __all__ = [
     "TOKEN_URL_MAX",
     "OAuth2Fields",
     "OAuth2Options",
+    "client_secret",
     "fields",
     "oauth2_params",
 ]
@@ -119,6 +125,16 @@ def fields() -> list[dict[str, str]]:
                     "metavar": str(extra.get("metavar", "VALUE")),
                     "help": field.description or ""})
     return out
+
+
+def client_secret(conn: psycopg.Connection[Any], endpoint_id: uuid.UUID, *, schema: str,
+                  box: SecretBox) -> str | None:
+    """The opened OAuth2 client secret of an endpoint, None if it has none (or no such
+    endpoint). For sending (``ping``) only: never display it."""
+    with translated(), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(render(queries.ENDPOINT_OAUTH2_SECRET, schema), (endpoint_id,))
+        row = cur.fetchone()
+    return box.open(str(row[0])) if row and row[0] else None
 
 
 def _redacted(text: str, values: Mapping[str, Any]) -> str:

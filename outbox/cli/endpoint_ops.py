@@ -12,6 +12,7 @@ import click
 from outbox import worker as worker_seam
 from outbox.admin import endpoints as ep
 from outbox.admin import flow
+from outbox.admin.endpoint_oauth2 import client_secret
 from outbox.cli.endpoints import endpoint_json, endpoints, parse_headers, print_warnings
 from outbox.cli.output import cut, echo_json, to_jsonable, when
 from outbox.cli.params import (
@@ -198,7 +199,9 @@ def ping(ctx: Context, endpoint_id: str, as_json: bool) -> None:
         endpoint = ep.get(conn, endpoint_id, schema=ctx.schema)
         secrets = ep.signing_secrets(conn, endpoint.id, schema=ctx.schema)
         credentials = ep.url_credentials(conn, endpoint.id, schema=ctx.schema)
-    result = worker_seam.ping(ctx.overrides, endpoint, secrets, credentials)
+        oauth2_secret = client_secret(conn, endpoint.id, schema=ctx.schema,
+                                      box=ctx.settings().secret_box())
+    result = worker_seam.ping(ctx.overrides, endpoint, secrets, credentials, oauth2_secret)
     if as_json:
         echo_json(result)
     else:

@@ -13,6 +13,7 @@ from outbox import worker as worker_seam
 from outbox.admin import endpoints as ep
 from outbox.admin import events as ev
 from outbox.admin import flow
+from outbox.admin.endpoint_oauth2 import client_secret
 from outbox.web.deps import (
     AppSettings,
     Conn,
@@ -128,5 +129,7 @@ def ping_endpoint(endpoint_id: str, conn: Conn, settings: AppSettings) -> dict[s
            "allow_networks": settings.allow_networks}
     credentials = ep.url_credentials(conn, endpoint.id, schema=settings.schema_name,
                                      box=settings.secret_box())
-    result = worker_seam.ping(own, endpoint, secrets, credentials)
+    oauth2_secret = client_secret(conn, endpoint.id, schema=settings.schema_name,
+                                  box=settings.secret_box())
+    result = worker_seam.ping(own, endpoint, secrets, credentials, oauth2_secret)
     return {"ping": {**plain(result), "ok": result.ok}}

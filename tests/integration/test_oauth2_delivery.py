@@ -15,6 +15,7 @@ import pytest
 from outbox.admin.endpoint_oauth2 import OAuth2Options
 from outbox.delivery.oauth2 import Client, TokenCache, TokenFailure, refresh_margin
 from outbox.delivery.outcome import Verdict
+from tests.support.cli import invoke
 from tests.support.guarded_http import worker_transport
 from tests.support.oauth2 import CLIENT_ID, CLIENT_SECRET, BearerReceiver, TokenServer
 from tests.support.workers import add_endpoint, emit, rows, run_until, settings
@@ -212,3 +213,13 @@ def test_a_second_401_after_the_refresh_is_the_attempt_s_answer(db_url: str) -> 
     assert [(token, status) for _, token, status in rx.seen] == [("tok-1", 401),
                                                                   ("tok-2", 401)]
     assert server.count == 2
+
+
+def test_ping_sends_the_bearer_token_too(db_url: str) -> None:
+    with TokenServer() as server, BearerReceiver(server) as rx:
+        eid = add_endpoint(db_url, rx.url, oauth2=oauth2(server))
+        done = invoke(db_url, "endpoints", "ping", str(eid),
+                      env={"OUTBOX_ALLOW_NETWORKS": "127.0.0.0/8"})
+    assert done.exit_code == 0, done.output
+    assert f"{rx.url}: 204" in done.output and CLIENT_SECRET not in done.output
+    assert [(token, status) for _, token, status in rx.seen] == [("tok-1", 204)]

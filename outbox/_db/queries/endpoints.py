@@ -143,6 +143,9 @@ SELECT secret, CASE WHEN previous_secret_expires_at > now() THEN previous_secret
   FROM {schema}.endpoints WHERE id = %s
 """
 
+# The sealed OAuth2 client secret (for `outbox endpoints ping`).
+ENDPOINT_OAUTH2_SECRET = "SELECT oauth2_client_secret FROM {schema}.endpoints WHERE id = %s"
+
 # The sealed credentials of a broker URL (for `outbox endpoints ping`).
 ENDPOINT_CREDENTIALS = "SELECT url_credentials FROM {schema}.endpoints WHERE id = %s"
 
