@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +35,7 @@ class Job:
     # client secret opened (never logged)
     oauth2_token_url: str | None = None
     oauth2_client_id: str | None = None
-    oauth2_client_secret: str | None = None
+    oauth2_client_secret: str | None = field(default=None, repr=False)
     oauth2_scope: str | None = None
 
     @property
