@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Mapping
 
 from outbox._destinations import is_broker
 from outbox.delivery.jobs import Job
@@ -78,7 +77,7 @@ async def send_job(transport: Transport, job: Job, settings: WorkerSettings,
 
 
 async def send_authorized(transport: Transport, job: Job, body: bytes,
-                          headers: Mapping[str, str], total: float, connect: float,
+                          headers: dict[str, str], total: float, connect: float,
                           body_cap: int) -> AttemptResult:
     """The POST of an OAuth2 endpoint: with ``Authorization: Bearer`` and the token of
     ``transport.tokens`` (:mod:`.oauth2`), sent once more with a new token if the receiver
@@ -86,11 +85,13 @@ async def send_authorized(transport: Transport, job: Job, body: bytes,
 
     ``total`` bounds the whole attempt: token requests and POSTs together. A token request
     that fails is the attempt's failure (RETRY ``oauth2_token``, or DEAD ``ssrf`` for a
-    token URL the SSRF guard refuses), never an exception."""
+    token URL the SSRF guard refuses), never an exception. ``headers`` (built for this
+    call) get the ``authorization`` header."""
     assert job.oauth2_token_url is not None
     client = Client(job.oauth2_token_url, job.oauth2_client_id or "",
                     job.oauth2_client_secret or "", job.oauth2_scope)
-    plain = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+    for name in [k for k in headers if k.lower() == "authorization"]:  # refused at
+        del headers[name]  # registration, but a row may have been written by hand
     deadline = time.monotonic() + total
     result: AttemptResult | None = None
     for _ in range(2):
@@ -103,9 +104,10 @@ async def send_authorized(transport: Transport, job: Job, body: bytes,
         except TokenFailure as exc:
             return exc.result((time.perf_counter() - started) * 1000.0)
         left = max(deadline - time.monotonic(), 0.001)
-        result = await send(transport, job.url, body, {**plain, "authorization": "Bearer "
-                                                       + token},
-                            timeout=_timeouts(min(left, connect)), total_timeout=left,
+        headers["authorization"] = "Bearer " + token
+        # the connect bound of the whole attempt (cached): ``left`` bounds everything anyway
+        result = await send(transport, job.url, body, headers,
+                            timeout=_timeouts(min(total, connect)), total_timeout=left,
                             body_cap=body_cap)
         if result.status_code != 401:
             return result
