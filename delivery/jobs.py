@@ -39,6 +39,12 @@ class Job:
     auth_secret: str | None = field(default=None, repr=False)
     tls_client_cert: str | None = field(default=None, repr=False)
     tls_client_key: str | None = field(default=None, repr=False)
+    # OAuth2 client credentials (delivery/oauth2.py): set when the token URL is; the
+    # client secret opened (never logged)
+    oauth2_token_url: str | None = None
+    oauth2_client_id: str | None = None
+    oauth2_client_secret: str | None = field(default=None, repr=False)
+    oauth2_scope: str | None = None
 
     @property
     def webhook_id(self) -> str:

@@ -53,11 +53,14 @@ class PingResult:
 
 
 def ping_job(endpoint: Endpoint, secrets: Sequence[str], now: dt.datetime,
-             credentials: str | None = None, auth: DeliveryCredentials | None = None) -> Job:
+             credentials: str | None = None, auth: DeliveryCredentials | None = None,
+             oauth2_secret: str | None = None) -> Job:
     """The one-attempt job for a ping of ``endpoint`` at ``now``, signed by ``secrets``
     (current first, then the previous one while its grace runs); ``credentials``: a broker
     URL's (``outbox.endpoints.url_credentials``); ``auth``: the endpoint's secret headers,
-    auth and TLS client certificate (``outbox.endpoints.delivery_credentials``)."""
+    auth and TLS client certificate (``outbox.endpoints.delivery_credentials``);
+    ``oauth2_secret``: the OAuth2 client secret of an endpoint with OAuth2
+    (``outbox.admin.endpoint_oauth2.client_secret``)."""
     auth = auth if auth is not None else DeliveryCredentials()
     if not secrets:
         raise InvalidEndpoint(f"endpoint {endpoint.id} has no signing secret")
@@ -73,18 +76,23 @@ def ping_job(endpoint: Endpoint, secrets: Sequence[str], now: dt.datetime,
         secret_headers=auth.secret_headers, auth_kind=auth.auth_kind,
         auth_secret=auth.auth_secret, tls_client_cert=auth.tls_client_cert,
         tls_client_key=auth.tls_client_key,
+        oauth2_token_url=endpoint.oauth2_token_url if oauth2_secret else None,
+        oauth2_client_id=endpoint.oauth2_client_id, oauth2_client_secret=oauth2_secret,
+        oauth2_scope=endpoint.oauth2_scope,
     )
 
 
 async def ping(settings: WorkerSettings, endpoint: Endpoint, secrets: Sequence[str], *,
                transport: Transport | None = None, credentials: str | None = None,
-               auth: DeliveryCredentials | None = None) -> PingResult:
+               auth: DeliveryCredentials | None = None,
+               oauth2_secret: str | None = None) -> PingResult:
     """Send one ping to ``endpoint`` (see module guarantees); ``transport`` defaults to a
     fresh worker transport, closed afterwards (a given one is left open). A broker
     endpoint (``credentials``: its URL's) gets one published ``outbox.ping`` message.
-    ``auth``: as for :func:`ping_job` (the ping carries them like a delivery)."""
+    ``auth``, ``oauth2_secret``: as for :func:`ping_job` (the ping carries them like a
+    delivery)."""
     now = dt.datetime.now(dt.UTC)
-    job = ping_job(endpoint, secrets, now, credentials, auth)
+    job = ping_job(endpoint, secrets, now, credentials, auth, oauth2_secret)
     if transport is None:
         async with make_worker_transport(settings) as own:
             result = await send_job(own, job, settings, timestamp=int(now.timestamp()))

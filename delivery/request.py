@@ -11,9 +11,11 @@ from __future__ import annotations
 import base64
 import dataclasses
 import functools
+import time
 
 from outbox._destinations import is_broker
 from outbox.delivery.jobs import Job
+from outbox.delivery.oauth2 import Client, TokenFailure
 from outbox.delivery.outcome import AttemptResult
 from outbox.delivery.sender import PhaseTimeouts, Transport, send
 from outbox.delivery.settings import WorkerSettings
@@ -61,6 +63,8 @@ def _secrets(job: Job) -> list[str]:
     if job.auth_secret is not None:
         values += [job.auth_secret, authorization(job.auth_kind, job.auth_secret).split()[1]]
         values += job.auth_secret.split(":", 1)[1:] if job.auth_kind == "basic" else []
+    if job.oauth2_client_secret is not None:
+        values.append(job.oauth2_client_secret)
     return [v for v in values if len(v) >= 4]
 
 
@@ -68,7 +72,7 @@ def redacted(result: AttemptResult, job: Job) -> AttemptResult:
     """``result`` with the endpoint's secret values in its response excerpt or error
     replaced by ``[redacted]`` (a receiver that echoes the request back, or an error that
     quotes it, must not put them in the attempt log, the console or the API)."""
-    if not (job.secret_headers or job.auth_secret):
+    if not (job.secret_headers or job.auth_secret or job.oauth2_client_secret):
         return result
     excerpt, error = result.response_excerpt, result.error
     for value in _secrets(job):
@@ -98,8 +102,9 @@ async def send_job(transport: Transport, job: Job, settings: WorkerSettings,
     ``response_body_cap`` bytes of the answer are kept. Never raises for a network or HTTP
     failure (see :func:`~.sender.send`). A broker URL is published to through
     ``transport.brokers`` instead, under the same total timeout. An endpoint with a TLS
-    client certificate connects with it (:meth:`~.sender.Transport.client_ssl`); the
-    endpoint's secret values never reach the result (:func:`redacted`).
+    client certificate connects with it (:meth:`~.sender.Transport.client_ssl`); an
+    endpoint with OAuth2 goes through :func:`send_authorized`; the endpoint's secret values
+    never reach the result (:func:`redacted`).
     """
     body = job.payload.encode()
     headers = build_headers(job, body, user_agent=settings.user_agent, timestamp=timestamp)
@@ -110,6 +115,51 @@ async def send_job(transport: Transport, job: Job, settings: WorkerSettings,
             total_timeout=total), job)
     timeout = _timeouts(min(total, settings.connect_timeout_seconds))
     cert = (job.tls_client_cert, job.tls_client_key or "") if job.tls_client_cert else None
+    if job.oauth2_token_url is not None:
+        return redacted(await send_authorized(transport, job, body, headers, total,
+                                              settings.connect_timeout_seconds,
+                                              settings.response_body_cap, cert), job)
     return redacted(await send(transport, job.url, body, headers, timeout=timeout,
                                total_timeout=total, body_cap=settings.response_body_cap,
                                client_cert=cert), job)
+
+
+async def send_authorized(transport: Transport, job: Job, body: bytes,
+                          headers: dict[str, str], total: float, connect: float,
+                          body_cap: int,
+                          client_cert: tuple[str, str] | None = None) -> AttemptResult:
+    """The POST of an OAuth2 endpoint: with ``Authorization: Bearer`` and the token of
+    ``transport.tokens`` (:mod:`.oauth2`), sent once more with a new token if the receiver
+    answers 401 (once: the second answer is the attempt's, classified as any other).
+
+    ``total`` bounds the whole attempt: token requests and POSTs together. A token request
+    that fails is the attempt's failure (RETRY ``oauth2_token``, or DEAD ``ssrf`` for a
+    token URL the SSRF guard refuses), never an exception. ``headers`` (built for this
+    call) get the ``authorization`` header."""
+    assert job.oauth2_token_url is not None
+    client = Client(job.oauth2_token_url, job.oauth2_client_id or "",
+                    job.oauth2_client_secret or "", job.oauth2_scope)
+    for name in [k for k in headers if k.lower() == "authorization"]:  # refused at
+        del headers[name]  # registration, but a row may have been written by hand
+    deadline = time.monotonic() + total
+    result: AttemptResult | None = None
+    for _ in range(2):
+        left = deadline - time.monotonic()
+        if result is not None and left <= 0:
+            return result
+        started = time.perf_counter()
+        try:
+            token = await transport.tokens.token(client, transport, max(left, 0.001))
+        except TokenFailure as exc:
+            return exc.result((time.perf_counter() - started) * 1000.0)
+        left = max(deadline - time.monotonic(), 0.001)
+        headers["authorization"] = "Bearer " + token
+        # the connect bound of the whole attempt (cached): ``left`` bounds everything anyway
+        result = await send(transport, job.url, body, headers,
+                            timeout=_timeouts(min(total, connect)), total_timeout=left,
+                            body_cap=body_cap, client_cert=client_cert)
+        if result.status_code != 401:
+            return result
+        transport.tokens.invalidate(client, token)
+    assert result is not None
+    return result

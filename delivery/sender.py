@@ -53,6 +53,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from outbox.admin._endpoint_auth import client_context
+from outbox.delivery.oauth2 import TokenCache
 from outbox.delivery.outcome import AttemptResult, classify_attempt
 from outbox.delivery.pinning import GuardedResolver
 from outbox.delivery.transports import Brokers
@@ -227,6 +228,7 @@ class Transport:
         self._client_contexts: dict[ClientCert, ssl.SSLContext] = {}
         self.deadlines = Deadlines()
         self.brokers = Brokers(resolver)
+        self.tokens = TokenCache()  # OAuth2 access tokens of this process (.oauth2)
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:

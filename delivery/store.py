@@ -48,6 +48,7 @@ _SECRET_HEADERS = _JOB_FIELDS.index("secret_headers")
 # sealed text columns opened when set (the auth secret, the TLS client cert and key)
 _SEALED = tuple(_JOB_FIELDS.index(f) for f in ("auth_secret", "tls_client_cert",
                                                 "tls_client_key"))
+_OAUTH2_SECRET = _JOB_FIELDS.index("oauth2_client_secret")
 
 
 class Backlog(NamedTuple):
@@ -97,6 +98,8 @@ def job_row(box: SecretBox) -> AsyncRowFactory[Job]:
             for i in _SEALED:
                 if v[i] is not None:
                     v[i] = open_(v[i])
+            if v[_OAUTH2_SECRET] is not None:
+                v[_OAUTH2_SECRET] = open_(v[_OAUTH2_SECRET])
             return Job(*v)
 
         return make

@@ -133,15 +133,17 @@ def demo_runner() -> Callable[[str, str, int], None]:
 
 def ping(overrides: Mapping[str, Any], endpoint: Endpoint,
          secrets: Sequence[str], credentials: str | None = None,
-         auth: DeliveryCredentials | None = None) -> PingResult:
+         auth: DeliveryCredentials | None = None,
+         oauth2_secret: str | None = None) -> PingResult:
     """One ping through the worker's sender (:func:`outbox.delivery.ping.ping`), with the
     worker's settings from the environment and ``overrides`` on top (the API passes its
     own database, schema and ``allow_networks``); ``credentials``: a broker URL's;
-    ``auth``: the endpoint's opened credentials (``endpoints.delivery_credentials``). Never
+    ``auth``: the endpoint's opened credentials (``endpoints.delivery_credentials``);
+    ``oauth2_secret``: the endpoint's OAuth2 client secret, if it has OAuth2. Never
     raises for a network or HTTP failure: the result says what happened."""
     _require("ping", "outbox.delivery.ping")
     from outbox.delivery.ping import ping as send_ping
 
     settings = worker_settings(overrides, "ping")
     return asyncio.run(send_ping(settings, endpoint, secrets, credentials=credentials,
-                                 auth=auth))
+                                 auth=auth, oauth2_secret=oauth2_secret))

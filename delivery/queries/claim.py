@@ -270,7 +270,8 @@ SELECT c.id AS delivery_id, c.attempts AS attempt, c.lease_token AS token, c.eve
        ep.headers, ep.max_attempts, ep.retry_base_seconds, ep.retry_cap_seconds,
        ep.timeout_seconds, ep.max_in_flight, ev.traceparent, ep.url_credentials AS credentials,
        ep.secret_header_values AS secret_headers, ep.auth_kind, ep.auth_secret,
-       ep.tls_client_cert, ep.tls_client_key
+       ep.tls_client_cert, ep.tls_client_key,
+       ep.oauth2_token_url, ep.oauth2_client_id, ep.oauth2_client_secret, ep.oauth2_scope
   FROM claimed c
   CROSS JOIN LATERAL (SELECT * FROM {schema}.events e
                        WHERE e.id = c.event_id LIMIT 1) ev

@@ -42,6 +42,11 @@ class Endpoint:
     auth_kind: str | None = None
     tls_client_cert_subject: str | None = None
     tls_client_cert_expires_at: dt.datetime | None = None
+    # OAuth2 client credentials (outbox.admin.endpoint_oauth2): configured when the token
+    # URL is set; the client secret is never read back.
+    oauth2_token_url: str | None = None
+    oauth2_client_id: str | None = None
+    oauth2_scope: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

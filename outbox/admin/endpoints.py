@@ -42,6 +42,7 @@ from outbox.admin._endpoint_checks import (
 )
 from outbox.admin._endpoint_types import Created, Endpoint, Rotated, Updated
 from outbox.admin._routing import validate_scope
+from outbox.admin.endpoint_oauth2 import OAuth2Options, oauth2_params
 from outbox.admin.endpoint_options import EndpointCredentials, EndpointOptions
 from outbox.errors import EndpointNotFound, InvalidEndpoint, OperationRefused
 from outbox.settings import get_settings
@@ -110,6 +111,7 @@ def add(
     allow_brokers: bool = True,
     options: EndpointOptions | None = None,
     credentials: EndpointCredentials | None = None,
+    oauth2: OAuth2Options | None = None,
 ) -> Created:
     """Register an endpoint. Without ``secret`` one is generated and returned once.
 
@@ -130,6 +132,10 @@ def add(
     ``options``; keyword arguments given win. Their ranges: :mod:`outbox.admin.endpoint_options`.
     ``credentials``: secret headers, auth, a TLS client certificate, sealed by ``box`` and
     never returned (:mod:`outbox.admin._endpoint_auth` says what each must be).
+    ``oauth2``: OAuth2 client credentials (all three or none; the client secret sealed by
+    ``box``; the token URL checked against ``allow_networks`` too):
+    :mod:`outbox.admin.endpoint_oauth2`. One auth scheme per endpoint: basic, bearer or
+    OAuth2.
     """
     validate_url(url, allow_brokers=allow_brokers)
     stored_url, url_secret = split_url(url)
@@ -150,10 +156,14 @@ def add(
     decode_secret(the_secret)
     params["secret"] = _box(box).seal(the_secret)
     params["url_credentials"] = _box(box).seal(url_secret) if url_secret else None
+    oauth, auth_warnings = oauth2_params(oauth2, box=_box(box), url=url, headers=headers,
+                                         allow_networks=allow_networks)
+    params.update(oauth)
+    _one_scheme(params["auth_kind"], params["oauth2_token_url"])
     warnings = () if allow_networks is None else check_destination(stored_url, allow_networks)
     row = _one(conn, queries.ENDPOINT_INSERT, schema, params)
     assert row is not None
-    return Created(row, the_secret if generated else None, warnings)
+    return Created(row, the_secret if generated else None, warnings + auth_warnings)
 
 
 def list_all(conn: psycopg.Connection[Any], *, schema: str, tenant: str | None = None
@@ -240,6 +250,8 @@ def update(
     allow_brokers: bool = True,
     options: EndpointOptions | None = None,
     credentials: EndpointCredentials | None = None,
+    oauth2: OAuth2Options | None = None,
+    clear_oauth2: bool = False,
 ) -> Updated:
     """Change an endpoint in one statement; ``None`` leaves a field as it is.
 
@@ -258,6 +270,10 @@ def update(
     :class:`~outbox.admin.endpoint_options.CredentialChanges` may clear them first), a new
     auth replaces the old one, a new certificate the old one; the checks that involve the
     current headers and auth run on the row locked until this update commits.
+    ``oauth2``: as for :func:`add`, except that an endpoint with OAuth2 may change any of
+    its options alone (``oauth2_scope=""`` removes the scope); ``clear_oauth2`` removes
+    OAuth2. Switching between basic/bearer and OAuth2 needs the old one cleared
+    (``clear_auth`` / ``clear_oauth2``) in the same update.
     """
     eid = parse_id(endpoint_id)
     if clear_rate_limit and (rate_limit is not None or rate_burst is not None):
@@ -282,17 +298,50 @@ def update(
         "clear_rate_limit": bool(clear_rate_limit),
         **auth.credential_params(credentials, _box(box)),
     }
-    warnings: tuple[str, ...] = ()
+    oauth, warnings = _update_oauth2(conn, eid, schema, oauth2, clear_oauth2, url=url,
+                                     headers=None if headers is None else params["headers"].obj,
+                                     clear_headers=clear_headers, box=box,
+                                     allow_networks=allow_networks)
+    params.update(oauth)
     if url is not None and allow_networks is not None:
-        warnings = check_destination(url, allow_networks)
+        warnings += check_destination(url, allow_networks)
     # the checked row stays locked until the update commits: in autocommit mode this block's
     # transaction; else the caller's (which commits or rolls back the update as before)
     with conn.transaction() if conn.autocommit else contextlib.nullcontext():
         auth.check_change(conn, schema, eid, params, url)
+        if params["set_auth"] or params["oauth2_token_url"] is not None:
+            now = get(conn, eid, schema=schema)
+            _one_scheme(params["auth_kind"] if params["set_auth"] else now.auth_kind,
+                        None if params["oauth2_clear"]
+                        else params["oauth2_token_url"] or now.oauth2_token_url)
         row = _one(conn, queries.ENDPOINT_UPDATE, schema, params)
     if row is None:
         raise EndpointNotFound(f"no endpoint {eid}")
     return Updated(row, warnings)
+
+
+def _one_scheme(auth_kind: str | None, oauth2_token_url: str | None) -> None:
+    """Refuse two auth schemes on one endpoint (both set the ``Authorization`` header);
+    the database's endpoints_one_auth_scheme CHECK backs this up."""
+    if auth_kind is not None and oauth2_token_url is not None:
+        raise InvalidEndpoint(f"the endpoint would have both {auth_kind} auth and OAuth2: give"
+                              " one (clear_auth / --no-auth or clear_oauth2 / --no-oauth2"
+                              " removes the other)")
+
+
+def _update_oauth2(conn: psycopg.Connection[Any], eid: uuid.UUID, schema: str,
+                   oauth2: OAuth2Options | None, clear: bool, *, url: str | None,
+                   headers: Mapping[str, str] | None, clear_headers: bool,
+                   box: SecretBox | None, allow_networks: Sequence[IPNetwork] | None,
+                   ) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """``update``'s OAuth2 parameters, checked against the endpoint as it will be."""
+    if not clear and (oauth2 is None or not oauth2.given()) and not headers and url is None:
+        return oauth2_params(None, box=_box(box), url=None, headers=None)
+    current = get(conn, eid, schema=schema)
+    merged = {**({} if clear_headers else current.headers), **(headers or {})}
+    return oauth2_params(oauth2, box=_box(box), url=url or current.url, headers=merged,
+                         current=current.oauth2_token_url is not None, clear=clear,
+                         allow_networks=allow_networks)
 
 
 def set_tenant_rate_limit(

@@ -6,7 +6,7 @@ Guarantees of :func:`reencrypt`:
   with every endpoint row locked for its duration.
 - Afterwards every stored secret (current and rotated-out, a broker URL's
   credentials, each secret header's value, the auth secret, the TLS client certificate
-  and its key) is sealed with the first key
+  and its key, an OAuth2 client secret) is sealed with the first key
   of the box; plain (never encrypted) secrets are encrypted.
 - Refused with :class:`~outbox.errors.ConfigurationError`, changing nothing, when the box
   has no key: it never decrypts stored secrets to plain text.
@@ -45,6 +45,7 @@ class _Stored:
     auth_secret: str | None
     tls_client_cert: str | None
     tls_client_key: str | None
+    oauth2_client_secret: str | None
 
     def resealed(self, box: SecretBox) -> tuple[Any, ...]:
         """ENDPOINT_SET_SECRETS' parameters: every sealed value re-sealed by ``box``."""
@@ -55,7 +56,7 @@ class _Stored:
                 again(self.url_credentials),
                 Jsonb({k: box.reseal(v) for k, v in self.secret_header_values.items()}),
                 again(self.auth_secret), again(self.tls_client_cert),
-                again(self.tls_client_key), self.id)
+                again(self.tls_client_key), again(self.oauth2_client_secret), self.id)
 
 
 def reencrypt(conn: psycopg.Connection[Any], *, schema: str,

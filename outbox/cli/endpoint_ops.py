@@ -12,6 +12,7 @@ import click
 from outbox import worker as worker_seam
 from outbox.admin import endpoints as ep
 from outbox.admin import flow
+from outbox.admin.endpoint_oauth2 import client_secret
 from outbox.cli.endpoints import endpoint_json, endpoints, parse_headers, print_warnings
 from outbox.cli.output import cut, echo_json, to_jsonable, when
 from outbox.cli.params import (
@@ -20,6 +21,8 @@ from outbox.cli.params import (
     delivery_options,
     endpoint_credentials,
     endpoint_options,
+    oauth2_flags,
+    oauth2_of,
     rate_options,
 )
 from outbox.cli.root import Context, Failed, pass_ctx
@@ -49,6 +52,7 @@ def show(ctx: Context, endpoint_id: str, as_json: bool) -> None:
     click.echo(f"headers:      {headers_text(e)}")
     click.echo(f"auth:         {auth_text(e)}")
     click.echo(f"rate limit:   {rate_text(e)}")
+    click.echo(f"oauth2:       {oauth2_text(e)}")
     click.echo(f"allowed rate: {flow.describe(state)}")
     click.echo(f"throttled:    {state.throttled_total} time(s) so far")
 
@@ -71,12 +75,15 @@ def show(ctx: Context, endpoint_id: str, as_json: bool) -> None:
 @rate_options
 @click.option("--no-rate-limit", "clear_rate_limit", is_flag=True,
               help="Remove the fixed rate limit and burst (adaptive throttling stays).")
+@oauth2_flags
+@click.option("--no-oauth2", "clear_oauth2", is_flag=True,
+              help="Remove OAuth2 (the token URL, client id, secret and scope).")
 @click.option("--json", "as_json", is_flag=True, help="Print the endpoint as JSON.")
 @pass_ctx
 def update(ctx: Context, /, endpoint_id: str, url: str | None, event_types: tuple[str, ...],
            all_event_types: bool, headers: tuple[str, ...], clear_headers: bool,
            description: str | None, ordered: bool | None, rate_limit: float | None,
-           rate_burst: int | None, clear_rate_limit: bool, as_json: bool,
+           rate_burst: int | None, clear_rate_limit: bool, clear_oauth2: bool, as_json: bool,
            **values: Any) -> None:
     """Change an endpoint; options not given keep their value. Validated like `add`,
     including the address check of a new URL (see `outbox endpoints add --help`).
@@ -89,12 +96,15 @@ def update(ctx: Context, /, endpoint_id: str, url: str | None, event_types: tupl
       outbox endpoints update 0193... --rate-limit 50 --burst 100
       outbox endpoints update 0193... --bearer-token "$NEW_TOKEN"   # rotates it
       outbox endpoints update 0193... --no-auth
+      outbox endpoints update 0193... --oauth2-client-secret "$NEW_SECRET"
     """
     options = endpoint_options(values)
     credentials = endpoint_credentials(values, parse_headers)
+    oauth2 = oauth2_of(values)
     changes: list[Any] = [url, event_types, all_event_types, headers, clear_headers,
                           description, *options.given().values(), rate_limit, rate_burst,
-                          clear_rate_limit, *credentials.model_dump().values()]
+                          clear_rate_limit, *credentials.model_dump().values(),
+                          *oauth2.given().values(), clear_oauth2]
     if ordered is None and not any(c not in (None, False, ()) for c in changes):
         raise click.UsageError("nothing to update: give at least one option (see --help)")
     if event_types and all_event_types:
@@ -108,8 +118,8 @@ def update(ctx: Context, /, endpoint_id: str, url: str | None, event_types: tupl
             all_event_types=all_event_types, headers=parsed, clear_headers=clear_headers,
             description=description, options=options, ordered=ordered,
             rate_limit=rate_limit, rate_burst=rate_burst, clear_rate_limit=clear_rate_limit,
-            allow_networks=ctx.allow_networks() if url is not None else None,
-            credentials=credentials,
+            allow_networks=ctx.allow_networks(), credentials=credentials, oauth2=oauth2,
+            clear_oauth2=clear_oauth2,
         )
     print_warnings(done.warnings)
     if as_json:
@@ -123,6 +133,7 @@ def update(ctx: Context, /, endpoint_id: str, url: str | None, event_types: tupl
     click.echo(f"  auth:        {auth_text(e)}")
     click.echo(f"  ordered:     {'yes' if e.ordered else 'no'}")
     click.echo(f"  rate limit:  {rate_text(e)}")
+    click.echo(f"  oauth2:      {oauth2_text(e)}")
 
 
 def headers_text(e: ep.Endpoint) -> str:
@@ -151,6 +162,14 @@ def rate_text(e: ep.Endpoint) -> str:
     if e.tenant_rate_limit is not None:
         parts.append(f"tenant's own {e.tenant_rate_limit:g}/s")
     return "; ".join(parts)
+
+
+def oauth2_text(e: ep.Endpoint) -> str:
+    """``client ID at URL, scope S`` (never the secret), or ``-``."""
+    if e.oauth2_token_url is None:
+        return "-"
+    scope = f", scope {e.oauth2_scope}" if e.oauth2_scope else ""
+    return f"client {e.oauth2_client_id} at {e.oauth2_token_url}{scope}"
 
 
 @endpoints.command("rotate-secret")
@@ -208,7 +227,10 @@ def ping(ctx: Context, endpoint_id: str, as_json: bool) -> None:
         secrets = ep.signing_secrets(conn, endpoint.id, schema=ctx.schema)
         credentials = ep.url_credentials(conn, endpoint.id, schema=ctx.schema)
         auth = ep.delivery_credentials(conn, endpoint.id, schema=ctx.schema)
-    result = worker_seam.ping(ctx.overrides, endpoint, secrets, credentials, auth)
+        oauth2_secret = client_secret(conn, endpoint.id, schema=ctx.schema,
+                                      box=ctx.settings().secret_box())
+    result = worker_seam.ping(ctx.overrides, endpoint, secrets, credentials, auth,
+                              oauth2_secret)
     if as_json:
         echo_json(result)
     else:

@@ -15,6 +15,8 @@ from outbox.cli.params import (
     delivery_options,
     endpoint_credentials,
     endpoint_options,
+    oauth2_flags,
+    oauth2_of,
     rate_options,
     tenant_option,
 )
@@ -79,6 +81,7 @@ def endpoints() -> None:
 @credential_options(update=False)
 @delivery_options
 @rate_options
+@oauth2_flags
 @pass_ctx
 def add(ctx: Context, /, url: str, event_types: tuple[str, ...], tenant: str | None,
         all_tenants: bool, secret: str | None,
@@ -109,6 +112,11 @@ def add(ctx: Context, /, url: str, event_types: tuple[str, ...], tenant: str | N
     at once above that, --burst). Without it, workers still slow down by themselves when
     the endpoint answers 429 or 503 or times out (docs: Flow control).
 
+    With --oauth2-token-url, --oauth2-client-id and --oauth2-client-secret (all three),
+    each delivery carries "Authorization: Bearer TOKEN", a client-credentials token the
+    worker fetches from that URL and reuses until shortly before it expires (docs:
+    Endpoints, OAuth2). The client secret is stored sealed and never shown again.
+
     \b
     Examples:
       outbox endpoints add https://example.com/hooks --event-type invoice.paid \\
@@ -118,16 +126,20 @@ def add(ctx: Context, /, url: str, event_types: tuple[str, ...], tenant: str | N
       outbox endpoints add https://api.example.com/hooks --secret-header "X-Api-Key=$KEY"
       outbox endpoints add https://gw.example.com/hooks --tls-client-cert client.pem \\
           --tls-client-key client.key
+      outbox endpoints add https://api.example/hooks \\
+          --oauth2-token-url https://login.example/oauth2/token \\
+          --oauth2-client-id outbox --oauth2-client-secret "$SECRET" --oauth2-scope hooks
     """
     parsed = parse_headers(headers)
     credentials = endpoint_credentials(options, parse_headers)
+    oauth2 = oauth2_of(options)
     with ctx.connect() as conn:
         created = ep.add(
             conn, url, schema=ctx.schema, event_types=event_types or None, tenant=tenant,
             all_tenants=all_tenants, secret=secret,
             headers=parsed, description=description, options=endpoint_options(options),
             ordered=ordered, rate_limit=rate_limit, rate_burst=rate_burst,
-            allow_networks=ctx.allow_networks(), credentials=credentials,
+            allow_networks=ctx.allow_networks(), credentials=credentials, oauth2=oauth2,
         )
     print_warnings(created.warnings)
     click.echo(f"id:     {created.endpoint.id}")

@@ -13,6 +13,8 @@ from typing import Any, TypeVar
 import click
 
 from outbox.admin import _timeparse
+from outbox.admin.endpoint_oauth2 import OAuth2Options
+from outbox.admin.endpoint_oauth2 import fields as oauth2_fields
 from outbox.admin.endpoint_options import CredentialChanges, EndpointOptions, limits
 
 
@@ -213,3 +215,20 @@ def endpoint_credentials(values: dict[str, Any], parse: Callable[[tuple[str, ...
     # unvalidated here: the library checks every value, with messages that never quote one
     return CredentialChanges.model_construct(**{k: v for k, v in fields.items()
                                                 if v is not None})
+
+
+def oauth2_flags(f: F) -> F:
+    """One ``--oauth2-*`` option per :class:`~outbox.admin.endpoint_oauth2.OAuth2Options`
+    field (add and update take exactly what the library and the API take); the command
+    receives them as keyword arguments named after the fields (:func:`oauth2_of`)."""
+    for spec in reversed(oauth2_fields()):
+        f = click.option(spec["flag"], spec["name"], default=None, metavar=spec["metavar"],
+                         help=spec["help"] + ".")(f)
+    return f
+
+
+def oauth2_of(values: dict[str, Any]) -> OAuth2Options:
+    """The :func:`oauth2_flags` a command received (popped from ``values``), checked
+    (:class:`~outbox.errors.InvalidEndpoint` naming each bad one)."""
+    return OAuth2Options.checked({name: v for name in OAuth2Options.model_fields
+                                  if (v := values.pop(name, None)) is not None})

@@ -14,6 +14,7 @@ from outbox import worker as worker_seam
 from outbox.admin import endpoints as ep
 from outbox.admin import events as ev
 from outbox.admin import flow
+from outbox.admin.endpoint_oauth2 import client_secret
 from outbox.web.deps import (
     AppSettings,
     Conn,
@@ -32,6 +33,7 @@ from outbox.web.models import (
     OptionalRotate,
     RotateIn,
     credentials_of,
+    oauth2_of,
     options_of,
 )
 
@@ -60,7 +62,7 @@ def create_endpoint(body: EndpointIn, conn: Conn, settings: AppSettings,
         headers=body.headers, description=body.description, options=options_of(body),
         rate_limit=body.rate_limit, rate_burst=body.rate_burst,
         allow_networks=allow_networks(settings),
-        box=settings.secret_box(), credentials=credentials_of(body))
+        box=settings.secret_box(), credentials=credentials_of(body), oauth2=oauth2_of(body))
     response.headers["Cache-Control"] = "no-store"
     return {"endpoint": endpoint_json(created.endpoint), "secret": created.secret,
             "warnings": list(created.warnings)}
@@ -85,8 +87,9 @@ def update_endpoint(endpoint_id: str, body: EndpointPatch, conn: Conn,
         headers=body.headers, clear_headers=body.clear_headers, description=body.description,
         options=options_of(body), rate_limit=body.rate_limit, rate_burst=body.rate_burst,
         clear_rate_limit=body.clear_rate_limit,
-        allow_networks=allow_networks(settings) if body.url is not None else None,
-        box=settings.secret_box(), credentials=credentials_of(body))
+        allow_networks=allow_networks(settings), box=settings.secret_box(),
+        credentials=credentials_of(body), oauth2=oauth2_of(body),
+        clear_oauth2=body.clear_oauth2)
     return {"endpoint": endpoint_json(done.endpoint), "warnings": list(done.warnings)}
 
 
@@ -131,5 +134,7 @@ def ping_endpoint(endpoint_id: str, conn: Conn, settings: AppSettings) -> dict[s
                                      box=settings.secret_box())
     auth = ep.delivery_credentials(conn, endpoint.id, schema=settings.schema_name,
                                    box=settings.secret_box())
-    result = worker_seam.ping(own, endpoint, secrets, credentials, auth)
+    oauth2_secret = client_secret(conn, endpoint.id, schema=settings.schema_name,
+                                  box=settings.secret_box())
+    result = worker_seam.ping(own, endpoint, secrets, credentials, auth, oauth2_secret)
     return {"ping": {**plain(result), "ok": result.ok}}

@@ -47,6 +47,7 @@ from outbox.web.models import (
     RotateIn,
     TypeName,
     credentials_of,
+    oauth2_of,
 )
 
 router = APIRouter(prefix="/portal", tags=["portal"])
@@ -77,7 +78,7 @@ def create_endpoint(body: PortalEndpointIn, tenant: Tenant, conn: Conn,
                      tenant=tenant, secret=body.secret, headers=body.headers,
                      description=body.description, allow_networks=portal_allow_networks(settings),
                      box=settings.secret_box(), allow_brokers=False,
-                     credentials=credentials_of(body))
+                     credentials=credentials_of(body), oauth2=oauth2_of(body))
     response.headers["Cache-Control"] = "no-store"
     return {"endpoint": endpoint_json(created.endpoint), "secret": created.secret,
             "warnings": list(created.warnings)}
@@ -105,9 +106,9 @@ def update_endpoint(endpoint_id: str, body: PortalEndpointPatch, tenant: Tenant,
                      event_types=body.event_types or None,
                      all_event_types=body.all_event_types, headers=body.headers,
                      clear_headers=body.clear_headers, description=body.description,
-                     allow_networks=portal_allow_networks(settings) if body.url else None,
-                     allow_brokers=False, box=settings.secret_box(),
-                     credentials=credentials_of(body))
+                     allow_networks=portal_allow_networks(settings), allow_brokers=False,
+                     box=settings.secret_box(), credentials=credentials_of(body),
+                     oauth2=oauth2_of(body), clear_oauth2=body.clear_oauth2)
     return {"endpoint": endpoint_json(done.endpoint), "warnings": list(done.warnings)}
 
 

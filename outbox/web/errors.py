@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from outbox import errors
+from outbox.admin.endpoint_oauth2 import OAuth2Fields
 from outbox.admin.endpoint_options import CredentialChanges, EndpointOptions
 from outbox.admin.events import EventNotFound
 from outbox.admin.portal import InvalidToken
@@ -90,8 +91,8 @@ async def _outbox_error(request: Request, exc: Exception) -> Response:
 
 
 # Body fields defined by outbox.admin.endpoint_options: refused as the library refuses them
-_ENDPOINT_FIELDS = frozenset({*EndpointOptions.model_fields, "headers",
-                              *CredentialChanges.model_fields})
+_ENDPOINT_FIELDS = frozenset({*EndpointOptions.model_fields, *OAuth2Fields.model_fields,
+                              "headers", *CredentialChanges.model_fields})
 
 
 async def _validation(request: Request, exc: Exception) -> Response:

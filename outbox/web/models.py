@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from fastapi import Body, Path
 from pydantic import BaseModel, ConfigDict, Field
 
+from outbox.admin.endpoint_oauth2 import OAuth2Fields, OAuth2Options
 from outbox.admin.endpoint_options import (
     TEXT_PATTERN,
     CredentialChanges,
@@ -44,9 +45,11 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class PortalEndpointIn(EndpointCredentials):
+class PortalEndpointIn(EndpointCredentials, OAuth2Fields):
     """A customer's new endpoint (its tenant is the portal session's); the credentials
-    (:class:`~outbox.admin.endpoint_options.EndpointCredentials`) are write-only."""
+    (:class:`~outbox.admin.endpoint_options.EndpointCredentials`) and the ``oauth2_*``
+    fields (:class:`~outbox.admin.endpoint_oauth2.OAuth2Fields`) are write-only where
+    secret: no answer shows them."""
 
     url: str = Field(max_length=2048)
     event_types: _Types = Field(default=None, max_length=100)
@@ -67,6 +70,11 @@ def credentials_of(body: BaseModel) -> CredentialChanges:
         if v is not None})
 
 
+def oauth2_of(body: BaseModel) -> OAuth2Options:
+    """The :class:`~outbox.admin.endpoint_oauth2.OAuth2Options` fields of a request body."""
+    return OAuth2Options(**body.model_dump(include=set(OAuth2Options.model_fields)))
+
+
 class EndpointIn(PortalEndpointIn, EndpointOptions):
     """``POST /api/endpoints``: as ``outbox endpoints add`` (the delivery options are
     :class:`~outbox.admin.endpoint_options.EndpointOptions`'s, ranges included)."""
@@ -78,9 +86,10 @@ class EndpointIn(PortalEndpointIn, EndpointOptions):
     rate_burst: int | None = Field(default=None, ge=1, le=1_000_000)
 
 
-class PortalEndpointPatch(CredentialChanges):
+class PortalEndpointPatch(CredentialChanges, OAuth2Fields):
     """A customer's change to its endpoint; absent fields keep their value; the
-    credentials are replaced (secret headers merged, as ``headers``) or cleared."""
+    credentials are replaced (secret headers merged, as ``headers``) or cleared;
+    ``clear_oauth2`` removes OAuth2 (``oauth2_scope: ""`` only the scope)."""
 
     url: str | None = Field(default=None, max_length=2048)
     event_types: _Types = Field(default=None, max_length=100)
@@ -91,6 +100,7 @@ class PortalEndpointPatch(CredentialChanges):
     # requests per second (the portal: the tenant's own, at most the operator's)
     rate_limit: float | None = Field(default=None, gt=0, le=1_000_000, allow_inf_nan=False)
     clear_rate_limit: bool = False
+    clear_oauth2: bool = False
 
 
 class EndpointPatch(PortalEndpointPatch, EndpointOptions):

@@ -24,6 +24,7 @@ from outbox.admin import endpoints as ep
 from outbox.admin import events as ev
 from outbox.admin import replay as rp
 from outbox.admin import types as catalog
+from outbox.admin.endpoint_oauth2 import OAuth2Options
 from outbox.errors import DeliveryNotFound, EndpointNotFound, OperationRefused
 from outbox.web import auth
 from outbox.web.deps import connection, portal_allow_networks
@@ -115,8 +116,36 @@ def _offered(conn: psycopg.Connection[Any], request: Request, tenant: str) -> li
             if not t.deprecated]
 
 
+def _oauth2_fields(oauth2_token_url: Annotated[str, Form()] = "",
+                   oauth2_client_id: Annotated[str, Form()] = "",
+                   oauth2_client_secret: Annotated[str, Form()] = "",
+                   oauth2_scope: Annotated[str, Form()] = "",
+                   clear_oauth2: Annotated[str, Form()] = "") -> dict[str, str]:
+    """The OAuth2 fields of the add and edit forms, as posted."""
+    return {"oauth2_token_url": oauth2_token_url, "oauth2_client_id": oauth2_client_id,
+            "oauth2_client_secret": oauth2_client_secret, "oauth2_scope": oauth2_scope,
+            "clear_oauth2": clear_oauth2}
+
+
+OAuth2Form = Annotated[dict[str, str], Depends(_oauth2_fields)]
+
+
+def _oauth2(fields: dict[str, str], configured: bool = False) -> OAuth2Options:
+    """The options the form gives: empty fields are not given (an empty secret keeps the
+    current one), except the scope of an endpoint with OAuth2 (empty: none)."""
+    values = {k: v.strip() for k, v in fields.items() if k != "clear_oauth2" and v.strip()}
+    if configured or values:
+        values.setdefault("oauth2_scope", "")
+    return OAuth2Options.checked(values)
+
+
+def _shown(fields: dict[str, str]) -> dict[str, str]:
+    """The fields a refused form shows again: never the client secret."""
+    return {k: v for k, v in fields.items() if k != "oauth2_client_secret"}
+
+
 @router.post("/endpoints", response_class=HTMLResponse, include_in_schema=False)
-def add(request: Request, page: Page, _: Posted, conn: Conn,
+def add(request: Request, page: Page, _: Posted, conn: Conn, oauth2: OAuth2Form,
         url: Annotated[str, Form()] = "", description: Annotated[str, Form()] = "",
         event_types: Annotated[str, Form()] = "",
         operational: Annotated[str, Form()] = "") -> Response:
@@ -129,10 +158,10 @@ def add(request: Request, page: Page, _: Posted, conn: Conn,
                          description=description.strip()[:500],
                          event_types=_types(event_types, operational),
                          allow_networks=portal_allow_networks(settings), box=settings.secret_box(),
-                         allow_brokers=False)
+                         allow_brokers=False, oauth2=_oauth2(oauth2))
     except BAD_INPUT as exc:
         form = {"url": url, "description": description, "event_types": event_types,
-                "operational": operational}
+                "operational": operational, **_shown(oauth2)}
         return _home(request, page, conn, error=str(exc), form=form, status=400)
     return render(request, "portal_secret.html", {
         **page, "page": "endpoints", "endpoint": created.endpoint, "secret": created.secret,
@@ -156,31 +185,37 @@ def _form_of(endpoint: ep.Endpoint) -> dict[str, str]:
     types = endpoint.event_types or []
     return {"url": endpoint.url, "description": endpoint.description,
             "event_types": ", ".join(t for t in types if t != OPERATIONAL),
-            "operational": "on" if OPERATIONAL in types else ""}
+            "operational": "on" if OPERATIONAL in types else "",
+            "oauth2_token_url": endpoint.oauth2_token_url or "",
+            "oauth2_client_id": endpoint.oauth2_client_id or "",
+            "oauth2_scope": endpoint.oauth2_scope or ""}
 
 
 @router.post("/endpoints/{endpoint_id}", response_class=HTMLResponse,
              include_in_schema=False)
 def save(request: Request, endpoint_id: str, page: Page, _: Posted, conn: Conn,
+         oauth2: OAuth2Form,
          url: Annotated[str, Form()] = "", description: Annotated[str, Form()] = "",
          event_types: Annotated[str, Form()] = "",
          operational: Annotated[str, Form()] = "") -> Response:
-    """Change the URL, description and event types (nothing changes on a refusal)."""
+    """Change the URL, description, event types and OAuth2 (nothing changes on a refusal)."""
     settings = auth.web_settings(request)
     try:
         endpoint = _owned(conn, request, page["tenant"], endpoint_id)
     except NOT_FOUND as exc:
         return error_page(request, exc, page)
     types = _types(event_types, operational)
+    clear = bool(oauth2["clear_oauth2"])
     try:
         catalog.check_subscribable(conn, page["tenant"], types, schema=settings.schema_name)
         ep.update(conn, endpoint.id, schema=settings.schema_name, url=url.strip(),
                   description=description.strip()[:500], event_types=types,
                   all_event_types=types is None, allow_networks=portal_allow_networks(settings),
-                  allow_brokers=False)
+                  allow_brokers=False, box=settings.secret_box(), clear_oauth2=clear,
+                  oauth2=None if clear else _oauth2(oauth2, endpoint.oauth2_token_url is not None))
     except BAD_INPUT as exc:
         form = {"url": url, "description": description, "event_types": event_types,
-                "operational": operational}
+                "operational": operational, **_shown(oauth2)}
         return render(request, "portal_edit.html", {
             **page, "page": "endpoints", "e": endpoint, "form": form, "error": str(exc),
             "offered": _offered(conn, request, page["tenant"])}, status_code=400)

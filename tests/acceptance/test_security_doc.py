@@ -1,5 +1,6 @@
 """docs/guides/security.md: its Python snippet runs and prints what the page says, and its
-limits table is EndpointOptions' (the page cannot drift from the model)."""
+limits table is EndpointOptions' and its OAuth2 table OAuth2Options' (the page cannot drift
+from the models)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from outbox.admin.endpoint_oauth2 import fields
 from outbox.admin.endpoint_options import RESERVED_HEADERS, CredentialChanges, limits
 from outbox.cli.params import number
 
@@ -42,3 +44,12 @@ def test_every_credential_option_has_its_row() -> None:
         assert row, name
         if field.description:
             assert row.group(1).strip() == field.description, name
+
+
+def test_the_oauth2_table_is_the_models() -> None:
+    text = PAGE.read_text().split("## OAuth2 options", 1)[1].split("\n## ", 1)[0]
+    for spec in fields():
+        row = f"| `{spec['name']}` | `{spec['flag']} {spec['metavar']}` | text |"
+        assert row in text and text.split(row, 1)[1].split("\n", 1)[0].endswith(
+            f"| {spec['help']} |"), row
+    assert len(re.findall(r"^\| `oauth2_\w+` \|", text, re.M)) == len(fields())

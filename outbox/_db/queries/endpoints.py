@@ -10,7 +10,8 @@ ENDPOINT_COLUMNS = """
     max_attempts, retry_base_seconds, retry_cap_seconds, timeout_seconds, max_in_flight,
     ordered, previous_secret_expires_at, created_at, updated_at,
     rate_limit, rate_burst, tenant_rate_limit,
-    secret_headers, auth_kind, tls_client_cert_subject, tls_client_cert_expires_at
+    secret_headers, auth_kind, tls_client_cert_subject, tls_client_cert_expires_at,
+    oauth2_token_url, oauth2_client_id, oauth2_scope
 """
 
 ENDPOINT_INSERT = (
@@ -20,7 +21,8 @@ INSERT INTO {schema}.endpoints
      max_attempts, retry_base_seconds, retry_cap_seconds, timeout_seconds, max_in_flight,
      ordered, url_credentials, rate_limit, rate_burst,
      secret_header_values, secret_headers, auth_kind, auth_secret,
-     tls_client_cert, tls_client_key, tls_client_cert_subject, tls_client_cert_expires_at)
+     tls_client_cert, tls_client_key, tls_client_cert_subject, tls_client_cert_expires_at,
+     oauth2_token_url, oauth2_client_id, oauth2_client_secret, oauth2_scope)
 VALUES (%(id)s, %(url)s, %(description)s, %(tenant)s, %(all_tenants)s, %(secret)s,
         %(event_types)s, %(headers)s,
         %(max_attempts)s, %(retry_base_seconds)s, %(retry_cap_seconds)s,
@@ -29,7 +31,9 @@ VALUES (%(id)s, %(url)s, %(description)s, %(tenant)s, %(all_tenants)s, %(secret)
         %(secret_headers)s, ARRAY(SELECT k FROM jsonb_object_keys(%(secret_headers)s::jsonb) k
                                    ORDER BY k),
         %(auth_kind)s, %(auth_secret)s, %(tls_client_cert)s, %(tls_client_key)s,
-        %(tls_client_cert_subject)s, %(tls_client_cert_expires_at)s)
+        %(tls_client_cert_subject)s, %(tls_client_cert_expires_at)s,
+        %(oauth2_token_url)s, %(oauth2_client_id)s, %(oauth2_client_secret)s,
+        NULLIF(%(oauth2_scope)s::text, ''))
 RETURNING"""
     + ENDPOINT_COLUMNS
 )
@@ -124,6 +128,16 @@ UPDATE {schema}.endpoints
        tls_client_cert_expires_at = CASE WHEN %(set_tls)s
                                          THEN %(tls_client_cert_expires_at)s::timestamptz
                                          ELSE tls_client_cert_expires_at END,
+       oauth2_token_url = CASE WHEN %(oauth2_clear)s THEN NULL
+                               ELSE COALESCE(%(oauth2_token_url)s::text, oauth2_token_url) END,
+       oauth2_client_id = CASE WHEN %(oauth2_clear)s THEN NULL
+                               ELSE COALESCE(%(oauth2_client_id)s::text, oauth2_client_id) END,
+       oauth2_client_secret = CASE WHEN %(oauth2_clear)s THEN NULL
+                                   ELSE COALESCE(%(oauth2_client_secret)s::text,
+                                                 oauth2_client_secret) END,
+       oauth2_scope = CASE WHEN %(oauth2_clear)s THEN NULL
+                           WHEN %(oauth2_scope)s::text IS NULL THEN oauth2_scope
+                           ELSE NULLIF(%(oauth2_scope)s::text, '') END,
        updated_at = now()
  WHERE id = %(id)s
 RETURNING"""
@@ -152,6 +166,9 @@ SELECT secret, CASE WHEN previous_secret_expires_at > now() THEN previous_secret
   FROM {schema}.endpoints WHERE id = %s
 """
 
+# The sealed OAuth2 client secret (for `outbox endpoints ping`).
+ENDPOINT_OAUTH2_SECRET = "SELECT oauth2_client_secret FROM {schema}.endpoints WHERE id = %s"
+
 # The sealed credentials of a broker URL (for `outbox endpoints ping`).
 ENDPOINT_CREDENTIALS = "SELECT url_credentials FROM {schema}.endpoints WHERE id = %s"
 
@@ -169,13 +186,14 @@ SELECT headers, secret_headers, auth_kind, url FROM {schema}.endpoints WHERE id 
 
 ENDPOINT_SECRETS_FOR_UPDATE = """
 SELECT id, secret, previous_secret, url_credentials, secret_header_values, auth_secret,
-       tls_client_cert, tls_client_key
+       tls_client_cert, tls_client_key, oauth2_client_secret
   FROM {schema}.endpoints
  ORDER BY id FOR UPDATE
 """
 ENDPOINT_SET_SECRETS = """
 UPDATE {schema}.endpoints SET secret = %s, previous_secret = %s, url_credentials = %s,
-       secret_header_values = %s, auth_secret = %s, tls_client_cert = %s, tls_client_key = %s
+       secret_header_values = %s, auth_secret = %s, tls_client_cert = %s, tls_client_key = %s,
+       oauth2_client_secret = %s
  WHERE id = %s
 """
 
