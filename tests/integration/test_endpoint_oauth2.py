@@ -231,3 +231,30 @@ def test_cli_refuses_a_partial_oauth2_and_writes_nothing(db_url: str) -> None:
     bad = invoke(db_url, "endpoints", "add", URL, *[f for k, v in GOOD.items() for f in (
         "--" + k.replace("_", "-"), v)], "--oauth2-scope", 'x"y')
     assert bad.exit_code == 1 and "oauth2_scope must be scope tokens" in bad.output
+
+
+def test_one_auth_scheme_per_endpoint(conn: psycopg.Connection[Any]) -> None:
+    """Basic/bearer auth and OAuth2 both set Authorization: never both on one endpoint
+    (refused before any write, and by the database's endpoints_one_auth_scheme CHECK);
+    switching needs the old scheme cleared in the same update."""
+    from outbox.admin.endpoint_options import CredentialChanges, EndpointCredentials
+
+    bearer = EndpointCredentials(bearer_token="tok-one-scheme")
+    with pytest.raises(InvalidEndpoint, match="both bearer auth and OAuth2"):
+        ep.add(conn, URL, schema=SCHEMA, box=SecretBox(KEY), credentials=bearer,
+               oauth2=OAuth2Options.checked(GOOD))
+    assert stored(conn) == []
+    eid = ep.add(conn, URL, schema=SCHEMA, box=SecretBox(KEY), credentials=bearer).endpoint.id
+    with pytest.raises(InvalidEndpoint, match="both bearer auth and OAuth2"):
+        ep.update(conn, eid, schema=SCHEMA, box=SecretBox(KEY),
+                  oauth2=OAuth2Options.checked(GOOD))
+    assert stored(conn)[0][1] is None
+    switched = ep.update(conn, eid, schema=SCHEMA, box=SecretBox(KEY),
+                         oauth2=OAuth2Options.checked(GOOD),
+                         credentials=CredentialChanges(clear_auth=True)).endpoint
+    assert (switched.auth_kind, switched.oauth2_token_url) == (None, TOKEN_URL)
+    with pytest.raises(InvalidEndpoint, match="both basic auth and OAuth2"):
+        ep.update(conn, eid, schema=SCHEMA, box=SecretBox(KEY),
+                  credentials=CredentialChanges(basic_auth="u:p-one-scheme"))
+    with pytest.raises(psycopg.errors.CheckViolation, match="endpoints_one_auth_scheme"):
+        conn.execute(f"UPDATE {SCHEMA}.endpoints SET auth_kind = 'bearer', auth_secret = 'x'")
