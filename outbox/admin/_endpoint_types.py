@@ -35,11 +35,17 @@ class Endpoint:
     rate_limit: float | None = None
     rate_burst: int | None = None
     tenant_rate_limit: float | None = None
+    # Signatures (docs/guides/signatures.md): "hmac" (v1, a whsec_ secret) or "ed25519"
+    # (v1a): its whpk_ public key, and the previous one while a rotation's grace runs.
+    signature: str = "hmac"
+    public_key: str | None = None
+    previous_public_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Created:
-    """``add``'s result; ``secret`` is set only when outbox generated it (shown once).
+    """``add``'s result; ``secret`` is set only when outbox generated it (shown once), and
+    never for an ed25519 endpoint (its public key is ``endpoint.public_key``).
     ``warnings``: e.g. the host did not resolve at registration (see module doc)."""
 
     endpoint: Endpoint
@@ -58,7 +64,8 @@ class Updated:
 @dataclass(frozen=True, slots=True)
 class Rotated:
     """``rotate_secret``'s result: the new secret (shown once) and when the old one stops
-    signing (``endpoint.previous_secret_expires_at``)."""
+    signing (``endpoint.previous_secret_expires_at``). An ed25519 endpoint's new secret key
+    is never shown: ``secret`` is None and ``endpoint.public_key`` is the new public key."""
 
     endpoint: Endpoint
-    secret: str
+    secret: str | None

@@ -39,16 +39,17 @@ from outbox.admin._endpoint_checks import (
 )
 from outbox.admin._endpoint_types import Created, Endpoint, Rotated, Updated
 from outbox.admin._routing import validate_scope
+from outbox.admin._signature_keys import PublicKey, public_keys, signing_key
 from outbox.admin.endpoint_options import EndpointOptions
 from outbox.errors import EndpointNotFound, InvalidEndpoint, OperationRefused
 from outbox.settings import get_settings
-from outbox.signing import decode_secret, generate_secret
 
 __all__ = [
     "ACTORS",
     "URL_MAX_LENGTH",
     "Created",
     "Endpoint",
+    "PublicKey",
     "Rotated",
     "Updated",
     "add",
@@ -56,6 +57,7 @@ __all__ = [
     "get",
     "list_all",
     "parse_id",
+    "public_keys",
     "rotate_secret",
     "set_enabled",
     "signing_secrets",
@@ -104,6 +106,7 @@ def add(
     box: SecretBox | None = None,
     allow_brokers: bool = True,
     options: EndpointOptions | None = None,
+    signature: str = "hmac",
 ) -> Created:
     """Register an endpoint. Without ``secret`` one is generated and returned once.
 
@@ -122,6 +125,9 @@ def add(
     (never shown again); ``allow_brokers=False`` (the portal) refuses broker URLs.
     The delivery options (``max_attempts`` ... ``max_in_flight``) may also come as
     ``options``; keyword arguments given win. Their ranges: :mod:`outbox.admin.endpoint_options`.
+    ``signature``: ``hmac`` (default) or ``ed25519``: a key pair is generated (or ``secret``
+    is its ``whsk_`` secret key), the secret key sealed as a secret is and never returned;
+    the ``whpk_`` public key is ``endpoint.public_key`` (docs/guides/signatures.md).
     """
     validate_url(url, allow_brokers=allow_brokers)
     stored_url, credentials = split_url(url)
@@ -135,15 +141,14 @@ def add(
                         timeout_seconds=timeout_seconds, max_in_flight=max_in_flight),
         **rate_params(rate_limit, rate_burst),
     }
-    generated = secret is None
-    the_secret = generate_secret() if secret is None else secret
-    decode_secret(the_secret)
-    params["secret"] = _box(box).seal(the_secret)
+    key = signing_key(signature, secret)
+    params.update(secret=_box(box).seal(key.secret), signature=signature,
+                  public_key=key.public_key)
     params["url_credentials"] = _box(box).seal(credentials) if credentials else None
     warnings = () if allow_networks is None else check_destination(stored_url, allow_networks)
     row = _one(conn, queries.ENDPOINT_INSERT, schema, params)
     assert row is not None
-    return Created(row, the_secret if generated else None, warnings)
+    return Created(row, key.shown, warnings)
 
 
 def list_all(conn: psycopg.Connection[Any], *, schema: str, tenant: str | None = None
@@ -315,6 +320,9 @@ def rotate_secret(
     """Give the endpoint a new signing secret (generated unless ``secret`` is given).
 
     The old secret keeps signing beside the new one (two ``v1,`` entries) for ``grace``,
+    and likewise for an ed25519 endpoint: a new key pair (two ``v1a,`` entries), its
+    secret key never returned (``Rotated.secret`` is None; the new public key is
+    ``endpoint.public_key``, the old one ``endpoint.previous_public_key``),
     so the receiver can switch at any moment in that window; after it, only the new one
     signs. Refused with :class:`~outbox.errors.OperationRefused`, changing nothing, while
     a previous rotation's grace period is running (a third secret would be dropped early),
@@ -323,11 +331,10 @@ def rotate_secret(
     eid = parse_id(endpoint_id)
     if grace < dt.timedelta(0):
         raise InvalidEndpoint(f"grace must not be negative, got {grace}")
-    new_secret = generate_secret() if secret is None else secret
-    decode_secret(new_secret)
     current = get(conn, eid, schema=schema)
-    params = {"id": eid, "grace": grace.total_seconds(), "secret": _box(box).seal(new_secret),
-              "force": force}
+    key = signing_key(current.signature, secret)
+    params = {"id": eid, "grace": grace.total_seconds(), "secret": _box(box).seal(key.secret),
+              "force": force, "signature": current.signature, "public_key": key.public_key}
     row = _one(conn, queries.ENDPOINT_ROTATE_SECRET, schema, params)
     if row is None:
         until = current.previous_secret_expires_at
@@ -336,7 +343,7 @@ def rotate_secret(
             f"endpoint {eid} is still in a rotation: its previous secret signs until {when};"
             " rotating again now would stop it early (wait, or use --force)"
         )
-    return Rotated(row, new_secret)
+    return Rotated(row, None if key.public_key else key.secret)
 
 
 def signing_secrets(

@@ -13,6 +13,7 @@ from outbox import worker as worker_seam
 from outbox.admin import endpoints as ep
 from outbox.admin import events as ev
 from outbox.admin import flow
+from outbox.web.api_keys import keys_json
 from outbox.web.deps import (
     AppSettings,
     Conn,
@@ -58,7 +59,7 @@ def create_endpoint(body: EndpointIn, conn: Conn, settings: AppSettings,
         headers=body.headers, description=body.description, options=options_of(body),
         rate_limit=body.rate_limit, rate_burst=body.rate_burst,
         allow_networks=allow_networks(settings),
-        box=settings.secret_box())
+        box=settings.secret_box(), signature=body.signature)
     response.headers["Cache-Control"] = "no-store"
     return {"endpoint": endpoint_json(created.endpoint), "secret": created.secret,
             "warnings": list(created.warnings)}
@@ -113,6 +114,12 @@ def rotate_secret(endpoint_id: str, conn: Conn, settings: AppSettings, response:
                                box=settings.secret_box())
     response.headers["Cache-Control"] = "no-store"
     return {"endpoint": endpoint_json(rotated.endpoint), "secret": rotated.secret}
+
+
+@router.get("/{endpoint_id}/public-keys")
+def public_keys(endpoint_id: str, conn: Conn, settings: AppSettings) -> dict[str, Any]:
+    """The ``whpk_`` keys that verify its ``v1a`` signatures now (none for hmac)."""
+    return keys_json(ep.get(conn, endpoint_id, schema=settings.schema_name))
 
 
 @router.post("/{endpoint_id}/ping")

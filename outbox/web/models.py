@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import Body, Path
 from pydantic import BaseModel, ConfigDict, Field
 
-from outbox.admin.endpoint_options import TEXT_PATTERN, EndpointOptions, Headers
+from outbox.admin.endpoint_options import TEXT_PATTERN, EndpointOptions, Headers, Signature
 
 _Types = list[str] | None
 _Headers = Headers | None
@@ -46,6 +46,9 @@ class PortalEndpointIn(Strict):
     headers: _Headers = None
     description: str = Field(default="", max_length=1000)
     secret: str | None = Field(default=None, max_length=200)
+    # hmac: v1 signatures, a whsec_ secret; ed25519: v1a, a key pair (the public key is
+    # in the answer, the secret key never: docs/guides/signatures.md)
+    signature: Signature = "hmac"
 
 
 def options_of(body: BaseModel) -> EndpointOptions:

@@ -119,8 +119,10 @@ def _offered(conn: psycopg.Connection[Any], request: Request, tenant: str) -> li
 def add(request: Request, page: Page, _: Posted, conn: Conn,
         url: Annotated[str, Form()] = "", description: Annotated[str, Form()] = "",
         event_types: Annotated[str, Form()] = "",
-        operational: Annotated[str, Form()] = "") -> Response:
-    """Register an endpoint of the tenant; its generated secret is shown once."""
+        operational: Annotated[str, Form()] = "",
+        signature: Annotated[str, Form()] = "hmac") -> Response:
+    """Register an endpoint of the tenant; its generated secret is shown once (an ed25519
+    one: its public key)."""
     settings = auth.web_settings(request)
     try:
         catalog.check_subscribable(conn, page["tenant"], _types(event_types),
@@ -129,10 +131,10 @@ def add(request: Request, page: Page, _: Posted, conn: Conn,
                          description=description.strip()[:500],
                          event_types=_types(event_types, operational),
                          allow_networks=portal_allow_networks(settings), box=settings.secret_box(),
-                         allow_brokers=False)
+                         allow_brokers=False, signature=signature)
     except BAD_INPUT as exc:
         form = {"url": url, "description": description, "event_types": event_types,
-                "operational": operational}
+                "operational": operational, "signature": signature}
         return _home(request, page, conn, error=str(exc), form=form, status=400)
     return render(request, "portal_secret.html", {
         **page, "page": "endpoints", "endpoint": created.endpoint, "secret": created.secret,

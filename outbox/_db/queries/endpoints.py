@@ -9,7 +9,10 @@ ENDPOINT_COLUMNS = """
     id, url, description, tenant, all_tenants, event_types, headers, enabled, disabled_reason,
     max_attempts, retry_base_seconds, retry_cap_seconds, timeout_seconds, max_in_flight,
     ordered, previous_secret_expires_at, created_at, updated_at,
-    rate_limit, rate_burst, tenant_rate_limit
+    rate_limit, rate_burst, tenant_rate_limit,
+    signature, public_key,
+    CASE WHEN previous_secret_expires_at > now() THEN previous_public_key END
+        AS previous_public_key
 """
 
 ENDPOINT_INSERT = (
@@ -17,12 +20,14 @@ ENDPOINT_INSERT = (
 INSERT INTO {schema}.endpoints
     (id, url, description, tenant, all_tenants, secret, event_types, headers,
      max_attempts, retry_base_seconds, retry_cap_seconds, timeout_seconds, max_in_flight,
-     ordered, url_credentials, rate_limit, rate_burst)
+     ordered, url_credentials, rate_limit, rate_burst,
+     signature, public_key)
 VALUES (%(id)s, %(url)s, %(description)s, %(tenant)s, %(all_tenants)s, %(secret)s,
         %(event_types)s, %(headers)s,
         %(max_attempts)s, %(retry_base_seconds)s, %(retry_cap_seconds)s,
         %(timeout_seconds)s, %(max_in_flight)s, %(ordered)s, %(url_credentials)s,
-        %(rate_limit)s, %(rate_burst)s)
+        %(rate_limit)s, %(rate_burst)s,
+        %(signature)s, %(public_key)s)
 RETURNING"""
     + ENDPOINT_COLUMNS
 )
@@ -109,15 +114,19 @@ RETURNING"""
 
 # Rotation: the current secret becomes the previous one, which keeps signing beside the
 # new one until it expires (the claim sends it while previous_secret_expires_at > now()).
-# Refused (no row) while an earlier rotation's grace is still running, unless forced.
+# Refused (no row) while an earlier rotation's grace is still running, unless forced. An
+# ed25519 endpoint's public key moves along with its secret key (NULL for hmac), and only
+# an endpoint of the %(signature)s scheme rotates (no row otherwise: refused).
 ENDPOINT_ROTATE_SECRET = (
     """
 UPDATE {schema}.endpoints
    SET previous_secret = secret,
        previous_secret_expires_at = now() + make_interval(secs => %(grace)s),
        secret = %(secret)s,
+       previous_public_key = public_key,
+       public_key = %(public_key)s,
        updated_at = now()
- WHERE id = %(id)s
+ WHERE id = %(id)s AND signature = %(signature)s
    AND (%(force)s OR previous_secret_expires_at IS NULL OR previous_secret_expires_at <= now())
 RETURNING"""
     + ENDPOINT_COLUMNS
