@@ -46,8 +46,9 @@ PUBLIC: dict[str, set[str]] = {
     "outbox.testing": set(),  # its own page (docs/guides/testing.md) documents the names
     "outbox.worker": {"demo_runner", "drain", "ping", "run_worker", "worker_settings"},
     "outbox.admin.endpoints": {
-        "ACTORS", "Created", "Endpoint", "Rotated", "URL_MAX_LENGTH", "Updated", "add",
-        "check_destination", "get", "list_all", "parse_id", "rotate_secret", "set_enabled",
+        "ACTORS", "Created", "Endpoint", "PublicKey", "Rotated", "URL_MAX_LENGTH", "Updated",
+        "add", "check_destination", "get", "list_all", "parse_id", "public_keys",
+        "rotate_secret", "set_enabled",
         "signing_secrets", "update", "validate_headers", "validate_text", "validate_url",
     },
     "outbox.admin.deadletter": {
@@ -77,7 +78,8 @@ PUBLIC: dict[str, set[str]] = {
     "outbox.admin.sessions": {"is_revoked", "revoke"},
     "outbox.admin.endpoint_options": {"EndpointOptions", "HEADERS_MAX", "HEADER_NAME_MAX",
                                       "HEADER_VALUE_MAX", "Headers", "RESERVED_HEADERS",
-                                      "RESERVED_PREFIX", "TEXT_PATTERN", "check_headers",
+                                      "RESERVED_PREFIX", "SIGNATURES", "Signature",
+                                      "TEXT_PATTERN", "check_headers",
                                       "describe_errors", "limits"},
     "outbox.admin.flow": {"FlowState", "describe", "state", "states"},
     "outbox.admin.capture": {"OPERATIONS", "Capture", "add", "add_statement", "list_captures",
