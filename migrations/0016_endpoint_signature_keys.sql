@@ -13,7 +13,8 @@ ALTER TABLE endpoints ADD COLUMN IF NOT EXISTS public_key text;
 -- the public key of previous_secret (an ed25519 one), while previous_secret signs
 ALTER TABLE endpoints ADD COLUMN IF NOT EXISTS previous_public_key text;
 
+-- (a CHECK passes on NULL: the IS NOT NULL makes a missing ed25519 public key fail it)
 ALTER TABLE endpoints DROP CONSTRAINT IF EXISTS endpoints_signature_check;
 ALTER TABLE endpoints ADD CONSTRAINT endpoints_signature_check CHECK (
     (signature = 'hmac' AND public_key IS NULL)
-    OR (signature = 'ed25519' AND public_key LIKE 'whpk\_%'));
+    OR (signature = 'ed25519' AND public_key IS NOT NULL AND public_key LIKE 'whpk\_%'));
