@@ -129,10 +129,12 @@ def test_malformed_or_wrong_v1a_entries_are_refused(signature: str) -> None:
 def test_bad_verifying_keys_are_configuration_errors_that_never_echo_them(
         key: str, message: str) -> None:
     headers = {"webhook-id": "m", "webhook-timestamp": str(NOW), "webhook-signature": "v1a,AA=="}
-    for call in (lambda: check_key(key), lambda: verify(key, BODY, headers, now=NOW)):
-        with pytest.raises(InvalidEndpoint, match=message) as caught:
-            call()
-        assert key[5:] not in str(caught.value)
+    with pytest.raises(InvalidEndpoint, match=message) as caught:
+        check_key(key)
+    assert key[5:] not in str(caught.value)
+    with pytest.raises(InvalidEndpoint, match=message) as caught:
+        verify(key, BODY, headers, now=NOW)
+    assert key[5:] not in str(caught.value)
 
 
 def test_bad_secret_keys_never_echo_them() -> None:
