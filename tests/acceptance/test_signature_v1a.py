@@ -26,7 +26,15 @@ from outbox.testing.receiver import Receiver
 from tests.support import brokers as b
 from tests.support import rfc8032
 from tests.support.pg import SCHEMA
-from tests.support.workers import FAST, add_endpoint, emit, spawn, states, wait_until
+from tests.support.workers import (
+    FAST,
+    add_endpoint,
+    emit,
+    log_of,
+    spawn,
+    states,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow  # worker processes
 
@@ -61,7 +69,7 @@ def public_key(db_url: str, endpoint_id: uuid.UUID) -> ep.Endpoint:
 
 def test_a_real_receiver_gets_v1a_deliveries_and_both_keys_sign_during_rotation(
         db_url: str) -> None:
-    with Receiver() as rx, worker(db_url):
+    with Receiver() as rx, worker(db_url) as proc:
         eid = add_endpoint(db_url, rx.url + "/hook", signature="ed25519", secret=None)
         first = public_key(db_url, eid)
         assert first.public_key is not None
@@ -71,6 +79,10 @@ def test_a_real_receiver_gets_v1a_deliveries_and_both_keys_sign_during_rotation(
             rotated = ep.rotate_secret(c, eid, schema=SCHEMA, grace=dt.timedelta(hours=1))
         after = emit(db_url, 2, "invoice.paid")
         assert rx.wait_for(5, 30)
+        with psycopg.connect(db_url, autocommit=True) as c:
+            keys = ep.signing_secrets(c, eid, schema=SCHEMA)
+        log = log_of(proc)
+    assert "whsk_" not in log and not any(k[5:] in log for k in keys)  # never logged
     new_key = rotated.endpoint.public_key
     assert new_key is not None and new_key != first.public_key
     got = {r.webhook_id: r for r in rx.received}
