@@ -3,6 +3,7 @@ overlap, re-encryption, the CLI, and refusals that write nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime as dt
 from typing import Any
@@ -13,12 +14,14 @@ import pytest
 from outbox._security.secretbox import PREFIX, SecretBox, generate_key
 from outbox.admin import endpoints as ep
 from outbox.admin.secrets import reencrypt
+from outbox.delivery.ping import ping
 from outbox.errors import InvalidEndpoint, OperationRefused
 from outbox.signing import generate_key_pair, public_key_of, signature_header
+from outbox.testing.receiver import Receiver
 from tests.support import rfc8032
 from tests.support.cli import execute, invoke
 from tests.support.pg import SCHEMA, count
-from tests.support.workers import SECRET
+from tests.support.workers import SECRET, settings
 
 URL = "https://example.com/hooks"
 
@@ -185,3 +188,18 @@ def test_cli_bad_signature_input_writes_nothing(db_url: str, args: list[str], co
     assert done.exit_code == code, done.output
     assert message in done.output
     assert count(db_url, "endpoints") == 0
+
+
+def test_ping_signs_v1a_like_a_delivery(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as c:
+        endpoint = ep.add(c, "http://127.0.0.1:9/later", schema=SCHEMA, signature="ed25519",
+                          box=SecretBox()).endpoint
+    assert endpoint.public_key is not None
+    with Receiver(secret=endpoint.public_key) as rx:
+        with psycopg.connect(db_url, autocommit=True) as c:
+            endpoint = ep.update(c, endpoint.id, schema=SCHEMA, url=rx.url + "/hook").endpoint
+            secrets = ep.signing_secrets(c, endpoint.id, schema=SCHEMA, box=SecretBox())
+        assert asyncio.run(ping(settings(db_url), endpoint, secrets)).ok
+        assert rx.wait_for(1, 5)
+    (got,) = rx.received
+    assert got.signature_ok is True and got.headers["webhook-signature"].startswith("v1a,")

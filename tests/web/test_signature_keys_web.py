@@ -102,3 +102,13 @@ def test_portal_offers_ed25519_and_scopes_the_keys_to_the_tenant(
                               data={"grace": "24", "csrf_token": csrf})
         assert rotated.status_code == 200 and "Key rotated" in rotated.text
         assert key in rotated.text and not WHSK.search(rotated.text)
+
+
+def test_the_console_shows_the_scheme_and_public_key(api: TestClient,
+                                                     operator: tuple[TestClient, str]) -> None:
+    created = api.post("/api/endpoints", json={"url": BASE + "ed", "signature": "ed25519"})
+    key = created.json()["endpoint"]["public_key"]
+    client, _ = operator
+    page = client.get("/endpoints")
+    assert page.status_code == 200 and key in page.text and "ed25519 (v1a)" in page.text
+    assert not WHSK.search(page.text)
