@@ -15,6 +15,10 @@ from tests.support.pg import SCHEMA
 from tests.web.conftest import BASE, World, enter_portal, new_client, snapshot
 
 WHSK = re.compile(r"whsk_")
+# The routes this file exercises (tests/web/test_api.py keeps the list of every route whole)
+KEYS_COVERED = {("GET", "/api/public-keys/{endpoint_id}"),
+                ("GET", "/api/endpoints/{endpoint_id}/public-keys"),
+                ("GET", "/api/portal/endpoints/{endpoint_id}/public-keys")}
 
 
 def test_api_creates_an_ed25519_endpoint_and_serves_its_keys(api: TestClient, anon: TestClient
