@@ -68,9 +68,9 @@ def _roles(workers: Workers, sink: Sink) -> dict[str, set[int]]:
     return {"workers": workers.pids(), "sink": {sink.pid or -1}, "bench": {os.getpid()}}
 
 
-def add_endpoint(url: str, sink_url: str) -> None:
+def add_endpoint(url: str, sink_url: str, signature: str = "hmac") -> None:
     with psycopg.connect(url, autocommit=True) as conn:
-        ep.add(conn, sink_url + "/hook", schema=SCHEMA)
+        ep.add(conn, sink_url + "/hook", schema=SCHEMA, signature=signature)
 
 
 def emit_backlog(url: str, n: int) -> None:
@@ -170,10 +170,12 @@ def raw_reference(n: int, concurrency: int) -> dict[str, Any]:
             "sink_loop": sink.report.loop}
 
 
-def throughput(n: int, k: int, env: dict[str, str]) -> dict[str, Any]:
-    """Drain a backlog of ``n`` deliveries with ``k`` worker processes."""
+def throughput(n: int, k: int, env: dict[str, str], signature: str = "hmac"
+               ) -> dict[str, Any]:
+    """Drain a backlog of ``n`` deliveries with ``k`` worker processes (to an endpoint
+    signing with ``signature``: bench.signatures compares the schemes)."""
     with scratch_database() as url, Sink() as sink:
-        add_endpoint(url, sink.url)
+        add_endpoint(url, sink.url, signature)
         emit_backlog(url, n)
         meter = CpuMeter()
         reaped = children_cpu()

@@ -58,7 +58,7 @@ from outbox.errors import (
     SchemaMissing,
 )
 from outbox.settings import get_settings
-from outbox.signing import decode_secret, verify
+from outbox.signing import check_key, verify
 
 __all__ = [
     "MAX_WEBHOOK_ID_LENGTH",
@@ -100,7 +100,7 @@ def _secrets(secret_or_secrets: Secrets) -> list[str]:
     if not secrets:
         raise InvalidEndpoint("at least one webhook secret is required to verify")
     for secret in secrets:
-        decode_secret(secret)  # a malformed secret is a configuration error, raised first
+        check_key(secret)  # a malformed secret or public key: a configuration error, first
     return secrets
 
 

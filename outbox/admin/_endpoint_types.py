@@ -47,11 +47,17 @@ class Endpoint:
     oauth2_token_url: str | None = None
     oauth2_client_id: str | None = None
     oauth2_scope: str | None = None
+    # Signatures (docs/guides/signatures.md): "hmac" (v1, a whsec_ secret) or "ed25519"
+    # (v1a): its whpk_ public key, and the previous one while a rotation's grace runs.
+    signature: str = "hmac"
+    public_key: str | None = None
+    previous_public_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Created:
-    """``add``'s result; ``secret`` is set only when outbox generated it (shown once).
+    """``add``'s result; ``secret`` is set only when outbox generated it (shown once), and
+    never for an ed25519 endpoint (its public key is ``endpoint.public_key``).
     ``warnings``: e.g. the host did not resolve at registration (see module doc)."""
 
     endpoint: Endpoint
@@ -70,7 +76,8 @@ class Updated:
 @dataclass(frozen=True, slots=True)
 class Rotated:
     """``rotate_secret``'s result: the new secret (shown once) and when the old one stops
-    signing (``endpoint.previous_secret_expires_at``)."""
+    signing (``endpoint.previous_secret_expires_at``). An ed25519 endpoint's new secret key
+    is never shown: ``secret`` is None and ``endpoint.public_key`` is the new public key."""
 
     endpoint: Endpoint
-    secret: str
+    secret: str | None

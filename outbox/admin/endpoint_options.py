@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -43,11 +43,13 @@ __all__ = [
     "PEM_MAX",
     "RESERVED_HEADERS",
     "RESERVED_PREFIX",
+    "SIGNATURES",
     "TEXT_PATTERN",
     "CredentialChanges",
     "EndpointCredentials",
     "EndpointOptions",
     "Headers",
+    "Signature",
     "check_headers",
     "describe_errors",
     "limits",
@@ -245,3 +247,12 @@ def _check_name(name: Any) -> None:
     if lowered in RESERVED_HEADERS or lowered.startswith(RESERVED_PREFIX):
         raise ValueError(f"header {name!r} is set by outbox or by the transport and cannot"
                          " be overridden")
+
+
+# --- signatures (docs/guides/signatures.md) -----------------------------------------------
+#: How deliveries to an endpoint are signed: ``hmac`` (Standard Webhooks ``v1``, a shared
+#: ``whsec_`` secret; the default) or ``ed25519`` (``v1a``, a key pair: receivers verify
+#: with the ``whpk_`` public key). Chosen at registration (``--signature``, API and portal
+#: field ``signature``); a rotation keeps the scheme.
+SIGNATURES = ("hmac", "ed25519")
+Signature = Literal["hmac", "ed25519"]

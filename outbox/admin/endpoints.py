@@ -42,11 +42,11 @@ from outbox.admin._endpoint_checks import (
 )
 from outbox.admin._endpoint_types import Created, Endpoint, Rotated, Updated
 from outbox.admin._routing import validate_scope
+from outbox.admin._signature_keys import PublicKey, public_keys, signing_key
 from outbox.admin.endpoint_oauth2 import OAuth2Options, oauth2_params
 from outbox.admin.endpoint_options import EndpointCredentials, EndpointOptions
 from outbox.errors import EndpointNotFound, InvalidEndpoint, OperationRefused
 from outbox.settings import get_settings
-from outbox.signing import decode_secret, generate_secret
 
 __all__ = [
     "ACTORS",
@@ -54,6 +54,7 @@ __all__ = [
     "Created",
     "DeliveryCredentials",
     "Endpoint",
+    "PublicKey",
     "Rotated",
     "Updated",
     "add",
@@ -62,6 +63,7 @@ __all__ = [
     "get",
     "list_all",
     "parse_id",
+    "public_keys",
     "rotate_secret",
     "set_enabled",
     "signing_secrets",
@@ -112,6 +114,7 @@ def add(
     options: EndpointOptions | None = None,
     credentials: EndpointCredentials | None = None,
     oauth2: OAuth2Options | None = None,
+    signature: str = "hmac",
 ) -> Created:
     """Register an endpoint. Without ``secret`` one is generated and returned once.
 
@@ -136,6 +139,9 @@ def add(
     ``box``; the token URL checked against ``allow_networks`` too):
     :mod:`outbox.admin.endpoint_oauth2`. One auth scheme per endpoint: basic, bearer or
     OAuth2.
+    ``signature``: ``hmac`` (default) or ``ed25519``: a key pair is generated (or ``secret``
+    is its ``whsk_`` secret key), the secret key sealed as a secret is and never returned;
+    the ``whpk_`` public key is ``endpoint.public_key`` (docs/guides/signatures.md).
     """
     validate_url(url, allow_brokers=allow_brokers)
     stored_url, url_secret = split_url(url)
@@ -151,10 +157,9 @@ def add(
         **auth.credential_params(credentials, _box(box)),
     }
     auth.check_change(conn, "", None, params, url)
-    generated = secret is None
-    the_secret = generate_secret() if secret is None else secret
-    decode_secret(the_secret)
-    params["secret"] = _box(box).seal(the_secret)
+    key = signing_key(signature, secret)
+    params.update(secret=_box(box).seal(key.secret), signature=signature,
+                  public_key=key.public_key)
     params["url_credentials"] = _box(box).seal(url_secret) if url_secret else None
     oauth, auth_warnings = oauth2_params(oauth2, box=_box(box), url=url, headers=headers,
                                          allow_networks=allow_networks)
@@ -163,7 +168,7 @@ def add(
     warnings = () if allow_networks is None else check_destination(stored_url, allow_networks)
     row = _one(conn, queries.ENDPOINT_INSERT, schema, params)
     assert row is not None
-    return Created(row, the_secret if generated else None, warnings + auth_warnings)
+    return Created(row, key.shown, warnings + auth_warnings)
 
 
 def list_all(conn: psycopg.Connection[Any], *, schema: str, tenant: str | None = None
@@ -384,6 +389,9 @@ def rotate_secret(
     """Give the endpoint a new signing secret (generated unless ``secret`` is given).
 
     The old secret keeps signing beside the new one (two ``v1,`` entries) for ``grace``,
+    and likewise for an ed25519 endpoint: a new key pair (two ``v1a,`` entries), its
+    secret key never returned (``Rotated.secret`` is None; the new public key is
+    ``endpoint.public_key``, the old one ``endpoint.previous_public_key``),
     so the receiver can switch at any moment in that window; after it, only the new one
     signs. Refused with :class:`~outbox.errors.OperationRefused`, changing nothing, while
     a previous rotation's grace period is running (a third secret would be dropped early),
@@ -392,11 +400,10 @@ def rotate_secret(
     eid = parse_id(endpoint_id)
     if grace < dt.timedelta(0):
         raise InvalidEndpoint(f"grace must not be negative, got {grace}")
-    new_secret = generate_secret() if secret is None else secret
-    decode_secret(new_secret)
     current = get(conn, eid, schema=schema)
-    params = {"id": eid, "grace": grace.total_seconds(), "secret": _box(box).seal(new_secret),
-              "force": force}
+    key = signing_key(current.signature, secret)
+    params = {"id": eid, "grace": grace.total_seconds(), "secret": _box(box).seal(key.secret),
+              "force": force, "signature": current.signature, "public_key": key.public_key}
     row = _one(conn, queries.ENDPOINT_ROTATE_SECRET, schema, params)
     if row is None:
         until = current.previous_secret_expires_at
@@ -405,7 +412,7 @@ def rotate_secret(
             f"endpoint {eid} is still in a rotation: its previous secret signs until {when};"
             " rotating again now would stop it early (wait, or use --force)"
         )
-    return Rotated(row, new_secret)
+    return Rotated(row, None if key.public_key else key.secret)
 
 
 def signing_secrets(

@@ -51,6 +51,10 @@ def show(ctx: Context, endpoint_id: str, as_json: bool) -> None:
     click.echo(f"ordered:      {'yes' if e.ordered else 'no'}")
     click.echo(f"headers:      {headers_text(e)}")
     click.echo(f"auth:         {auth_text(e)}")
+    click.echo(f"signature:    {e.signature}")
+    for key in ep.public_keys(e):
+        until = f" (previous, signs until {when(key.expires_at)})" if key.expires_at else ""
+        click.echo(f"public key:   {key.key}{until}")
     click.echo(f"rate limit:   {rate_text(e)}")
     click.echo(f"oauth2:       {oauth2_text(e)}")
     click.echo(f"allowed rate: {flow.describe(state)}")
@@ -178,7 +182,8 @@ def oauth2_text(e: ep.Endpoint) -> str:
               metavar="DURATION",
               help="How long the old secret keeps signing beside the new one (0 ends it now).")
 @click.option("--secret", default=None, metavar="whsec_...",
-              help="Use this new secret instead of generating one.")
+              help="Use this new secret (a whsk_ key for an ed25519 endpoint) instead of"
+                   " generating one.")
 @click.option("--force", is_flag=True,
               help="Rotate even though the previous rotation's grace is still running.")
 @pass_ctx
@@ -190,6 +195,9 @@ def rotate_secret(ctx: Context, endpoint_id: str, grace: dt.timedelta, secret: s
     the receiver can switch to the new secret whenever it likes; after it, only the new
     secret signs. Give the receiver the new secret within the grace period.
 
+    An ed25519 endpoint gets a new key pair: its new public key is printed (the secret
+    key never is), and the old key signs beside it (two v1a entries) for the grace.
+
     \b
     Example:
       outbox endpoints rotate-secret 0193... --grace 48h
@@ -198,7 +206,9 @@ def rotate_secret(ctx: Context, endpoint_id: str, grace: dt.timedelta, secret: s
         rotated = ep.rotate_secret(conn, endpoint_id, schema=ctx.schema, grace=grace,
                                    secret=secret, force=force)
     click.echo(f"id:     {rotated.endpoint.id}")
-    if secret is None:
+    if rotated.endpoint.public_key:
+        click.echo(f"public key: {rotated.endpoint.public_key}")
+    elif secret is None:
         click.echo(f"secret: {rotated.secret}")
         click.echo("(the secret is shown only now: store it with the receiver)", err=True)
     until = rotated.endpoint.previous_secret_expires_at

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from outbox.admin import endpoints as ep
+from outbox.admin.endpoint_options import SIGNATURES
 from outbox.cli.output import print_table
 from outbox.cli.params import (
     credential_options,
@@ -71,7 +72,11 @@ def endpoints() -> None:
 @click.option("--all-tenants", is_flag=True,
               help="Receive every tenant's events (an internal consumer; never a default).")
 @click.option("--secret", default=None, metavar="whsec_...",
-              help="Signing secret (whsec_ + base64 of 24-64 bytes). Default: generated.")
+              help="Signing secret (whsec_ + base64 of 24-64 bytes; with --signature ed25519:"
+                   " a whsk_ secret key). Default: generated.")
+@click.option("--signature", type=click.Choice(SIGNATURES), default="hmac", show_default=True,
+              help="hmac: v1 signatures with a shared secret; ed25519: v1a signatures with a"
+                   " key pair, the receiver verifies with the printed whpk_ public key.")
 @click.option("--header", "headers", multiple=True, metavar="K=V",
               help="Extra HTTP header sent with every delivery (repeatable).")
 @click.option("--description", default="", help="Free text shown in listings.")
@@ -84,7 +89,7 @@ def endpoints() -> None:
 @oauth2_flags
 @pass_ctx
 def add(ctx: Context, /, url: str, event_types: tuple[str, ...], tenant: str | None,
-        all_tenants: bool, secret: str | None,
+        all_tenants: bool, secret: str | None, signature: str,
         headers: tuple[str, ...], description: str, ordered: bool, rate_limit: float | None,
         rate_burst: int | None, **options: Any) -> None:
     """Register URL; print its id and, if generated, its secret (shown only once).
@@ -107,6 +112,10 @@ def add(ctx: Context, /, url: str, event_types: tuple[str, ...], tenant: str | N
     --secret-header, --basic-auth, --bearer-token and --tls-client-cert/--tls-client-key
     are stored sealed and never shown again: `show` lists the secret headers by name and
     the auth kind (docs: Endpoint auth).
+
+    With --signature ed25519 deliveries carry v1a (Ed25519) signatures instead of v1
+    (HMAC): the key pair is generated, its secret key stored sealed and never shown, and
+    the whpk_ public key printed (and shown by `show`, served by the API: docs: Signatures).
 
     With --rate-limit N, every worker together sends at most N requests a second (and B
     at once above that, --burst). Without it, workers still slow down by themselves when
@@ -140,9 +149,13 @@ def add(ctx: Context, /, url: str, event_types: tuple[str, ...], tenant: str | N
             headers=parsed, description=description, options=endpoint_options(options),
             ordered=ordered, rate_limit=rate_limit, rate_burst=rate_burst,
             allow_networks=ctx.allow_networks(), credentials=credentials, oauth2=oauth2,
+            signature=signature,
         )
     print_warnings(created.warnings)
     click.echo(f"id:     {created.endpoint.id}")
+    if created.endpoint.public_key:
+        click.echo(f"public key: {created.endpoint.public_key}")
+        click.echo("(verify v1a signatures with it; the secret key is never shown)", err=True)
     if created.secret:
         click.echo(f"secret: {created.secret}")
         click.echo("(the secret is shown only now: store it with the receiver)", err=True)

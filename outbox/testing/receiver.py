@@ -44,7 +44,7 @@ from typing import Any, cast
 from urllib.parse import urlsplit
 
 from outbox.errors import InvalidEndpoint, InvalidSignature
-from outbox.signing import decode_secret, verify
+from outbox.signing import check_key, verify
 
 __all__ = ["AnsweringHandler", "Behaviour", "Received", "Receiver", "main"]
 
@@ -232,7 +232,7 @@ class Receiver:
     ) -> None:
         self._secrets = {"": secret} if isinstance(secret, str) else dict(secret or {})
         for value in self._secrets.values():
-            decode_secret(value)  # refuse a malformed secret now, not per request
+            check_key(value)  # refuse a malformed secret (or public key) now, not per request
         self._host = host
         self._default = default or Behaviour()
         self._on_receive = on_receive
@@ -402,7 +402,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--host", default="127.0.0.1", help="bind address (127.0.0.1)")
     parser.add_argument("--port", type=int, default=8080, help="port, 0 for any (8080)")
-    parser.add_argument("--secret", help="whsec_... secret to verify signatures with")
+    parser.add_argument("--secret", help="whsec_... secret (or whpk_... public key) to"
+                        " verify signatures with")
     args = parser.parse_args(argv)
     try:
         receiver = Receiver(args.port, secret=args.secret, host=args.host,

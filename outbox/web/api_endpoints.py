@@ -15,6 +15,7 @@ from outbox.admin import endpoints as ep
 from outbox.admin import events as ev
 from outbox.admin import flow
 from outbox.admin.endpoint_oauth2 import client_secret
+from outbox.web.api_keys import keys_json
 from outbox.web.deps import (
     AppSettings,
     Conn,
@@ -62,7 +63,8 @@ def create_endpoint(body: EndpointIn, conn: Conn, settings: AppSettings,
         headers=body.headers, description=body.description, options=options_of(body),
         rate_limit=body.rate_limit, rate_burst=body.rate_burst,
         allow_networks=allow_networks(settings),
-        box=settings.secret_box(), credentials=credentials_of(body), oauth2=oauth2_of(body))
+        box=settings.secret_box(), credentials=credentials_of(body), oauth2=oauth2_of(body),
+        signature=body.signature)
     response.headers["Cache-Control"] = "no-store"
     return {"endpoint": endpoint_json(created.endpoint), "secret": created.secret,
             "warnings": list(created.warnings)}
@@ -119,6 +121,12 @@ def rotate_secret(endpoint_id: str, conn: Conn, settings: AppSettings, response:
                                box=settings.secret_box())
     response.headers["Cache-Control"] = "no-store"
     return {"endpoint": endpoint_json(rotated.endpoint), "secret": rotated.secret}
+
+
+@router.get("/{endpoint_id}/public-keys")
+def public_keys(endpoint_id: str, conn: Conn, settings: AppSettings) -> dict[str, Any]:
+    """The ``whpk_`` keys that verify its ``v1a`` signatures now (none for hmac)."""
+    return keys_json(ep.get(conn, endpoint_id, schema=settings.schema_name))
 
 
 @router.post("/{endpoint_id}/ping")

@@ -22,6 +22,7 @@ from outbox.admin import events as ev
 from outbox.admin import replay as rp
 from outbox.admin import types as catalog
 from outbox.errors import DeliveryNotFound, EndpointNotFound, InvalidEndpoint, OperationRefused
+from outbox.web.api_keys import keys_json
 from outbox.web.api_ops import Limit, dead_cursor, run_replay
 from outbox.web.auth import require_portal
 from outbox.web.deps import (
@@ -78,7 +79,8 @@ def create_endpoint(body: PortalEndpointIn, tenant: Tenant, conn: Conn,
                      tenant=tenant, secret=body.secret, headers=body.headers,
                      description=body.description, allow_networks=portal_allow_networks(settings),
                      box=settings.secret_box(), allow_brokers=False,
-                     credentials=credentials_of(body), oauth2=oauth2_of(body))
+                     credentials=credentials_of(body), oauth2=oauth2_of(body),
+                     signature=body.signature)
     response.headers["Cache-Control"] = "no-store"
     return {"endpoint": endpoint_json(created.endpoint), "secret": created.secret,
             "warnings": list(created.warnings)}
@@ -89,6 +91,14 @@ def get_endpoint(endpoint_id: str, tenant: Tenant, conn: Conn,
                  settings: AppSettings) -> dict[str, Any]:
     return {"endpoint": endpoint_json(own_endpoint(conn, settings.schema_name, tenant,
                                                    endpoint_id))}
+
+
+@router.get("/endpoints/{endpoint_id}/public-keys")
+def public_keys(endpoint_id: str, tenant: Tenant, conn: Conn,
+                settings: AppSettings) -> dict[str, Any]:
+    """The ``whpk_`` keys that verify the endpoint's ``v1a`` signatures now (none for
+    hmac); another tenant's endpoint: 404."""
+    return keys_json(own_endpoint(conn, settings.schema_name, tenant, endpoint_id))
 
 
 @router.patch("/endpoints/{endpoint_id}")

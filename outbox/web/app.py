@@ -25,6 +25,7 @@ from outbox.errors import OutboxError
 from outbox.settings import Settings
 from outbox.web import (
     api_endpoints,
+    api_keys,
     api_ops,
     api_portal,
     api_types,
@@ -37,7 +38,8 @@ from outbox.web import (
 )
 
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/login", "/logout", "/portal/enter",
-                          "/api/openapi.json", "/api/docs"})
+                          "/api/openapi.json", "/api/docs",
+                          "/api/public-keys/{endpoint_id}"})  # public keys (api_keys)
 """Routes that answer without credentials (the tests check every other one refuses)."""
 
 
@@ -207,6 +209,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     api = APIRouter(prefix="/api")
     operator = [Depends(auth.require_operator), Depends(auth.verify_csrf)]
     api.include_router(api_endpoints.router, dependencies=operator)
+    api.include_router(api_keys.router)  # public keys only, for receivers: no credentials
     api.include_router(api_ops.router, dependencies=operator)
     api.include_router(api_types.router, dependencies=operator)
     api.include_router(api_portal.router,

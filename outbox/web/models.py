@@ -15,6 +15,7 @@ from outbox.admin.endpoint_options import (
     EndpointCredentials,
     EndpointOptions,
     Headers,
+    Signature,
 )
 
 _Types = list[str] | None
@@ -56,6 +57,9 @@ class PortalEndpointIn(EndpointCredentials, OAuth2Fields):
     headers: _Headers = None
     description: str = Field(default="", max_length=1000)
     secret: str | None = Field(default=None, max_length=200)
+    # hmac: v1 signatures, a whsec_ secret; ed25519: v1a, a key pair (the public key is
+    # in the answer, the secret key never: docs/guides/signatures.md)
+    signature: Signature = "hmac"
 
 
 def options_of(body: BaseModel) -> EndpointOptions:

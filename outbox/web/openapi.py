@@ -6,7 +6,8 @@ the base; this module adds what it cannot know (auth is a dependency, errors are
 Security: operator operations take ``Authorization: Bearer $OUTBOX_ADMIN_TOKEN``
 (``operatorBearer``) or the console's session cookie (``operatorCookie``, plus the
 ``X-CSRF-Token`` header on unsafe methods); portal operations take the portal session
-cookie (``portalCookie``, plus ``X-CSRF-Token`` on unsafe methods).
+cookie (``portalCookie``, plus ``X-CSRF-Token`` on unsafe methods). The public-keys route
+(``/api/public-keys/{endpoint_id}``, :mod:`outbox.web.api_keys`) takes none.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ PARAMETERS: dict[str, dict[str, Any]] = {
 _UNSAFE = frozenset({"post", "put", "patch", "delete"})
 _CONFLICTS = ("/replay", "/skip", "/rotate-secret")
 _CREATES_UNIQUE = ("/api/types",)
+_PUBLIC = ("/api/public-keys/",)  # answers without credentials (outbox.web.app.PUBLIC_PATHS)
 
 
 def install(app: FastAPI) -> None:
@@ -80,16 +82,18 @@ def document(app: FastAPI) -> dict[str, Any]:
     return spec
 
 
+def _security(path: str, unsafe: bool) -> list[dict[str, list[str]]]:
+    if path.startswith(_PUBLIC):
+        return []
+    if path.startswith("/api/portal/"):
+        return [{"portalCookie": [], "csrfHeader": []} if unsafe else {"portalCookie": []}]
+    return [{"operatorBearer": []},
+            {"operatorCookie": [], "csrfHeader": []} if unsafe else {"operatorCookie": []}]
+
+
 def _operation(path: str, method: str, op: dict[str, Any]) -> None:
-    portal = path.startswith("/api/portal/")
     unsafe = method in _UNSAFE
-    if portal:
-        op["security"] = [{"portalCookie": [], "csrfHeader": []} if unsafe
-                          else {"portalCookie": []}]
-    else:
-        op["security"] = [{"operatorBearer": []},
-                          {"operatorCookie": [], "csrfHeader": []} if unsafe
-                          else {"operatorCookie": []}]
+    op["security"] = _security(path, unsafe)
     for param in op.get("parameters", []):
         known = PARAMETERS.get(param["name"])
         if known is not None:
@@ -97,6 +101,8 @@ def _operation(path: str, method: str, op: dict[str, Any]) -> None:
     names = {p["name"] for p in op.get("parameters", [])}
     statuses = {"401": "no or wrong credentials", "422": "a parameter or the body is invalid",
                 "503": "the database is unavailable or not migrated"}
+    if path.startswith(_PUBLIC):
+        del statuses["401"]
     if unsafe:
         statuses["403"] = "a cookie session without its CSRF token"
     if "{" in path or unsafe or "endpoint" in names:

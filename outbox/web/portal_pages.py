@@ -148,8 +148,10 @@ def _shown(fields: dict[str, str]) -> dict[str, str]:
 def add(request: Request, page: Page, _: Posted, conn: Conn, oauth2: OAuth2Form,
         url: Annotated[str, Form()] = "", description: Annotated[str, Form()] = "",
         event_types: Annotated[str, Form()] = "",
-        operational: Annotated[str, Form()] = "") -> Response:
-    """Register an endpoint of the tenant; its generated secret is shown once."""
+        operational: Annotated[str, Form()] = "",
+        signature: Annotated[str, Form()] = "hmac") -> Response:
+    """Register an endpoint of the tenant; its generated secret is shown once (an ed25519
+    one: its public key)."""
     settings = auth.web_settings(request)
     try:
         catalog.check_subscribable(conn, page["tenant"], _types(event_types),
@@ -158,10 +160,10 @@ def add(request: Request, page: Page, _: Posted, conn: Conn, oauth2: OAuth2Form,
                          description=description.strip()[:500],
                          event_types=_types(event_types, operational),
                          allow_networks=portal_allow_networks(settings), box=settings.secret_box(),
-                         allow_brokers=False, oauth2=_oauth2(oauth2))
+                         allow_brokers=False, oauth2=_oauth2(oauth2), signature=signature)
     except BAD_INPUT as exc:
         form = {"url": url, "description": description, "event_types": event_types,
-                "operational": operational, **_shown(oauth2)}
+                "operational": operational, "signature": signature, **_shown(oauth2)}
         return _home(request, page, conn, error=str(exc), form=form, status=400)
     return render(request, "portal_secret.html", {
         **page, "page": "endpoints", "endpoint": created.endpoint, "secret": created.secret,

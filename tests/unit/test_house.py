@@ -46,9 +46,9 @@ PUBLIC: dict[str, set[str]] = {
     "outbox.testing": set(),  # its own page (docs/guides/testing.md) documents the names
     "outbox.worker": {"demo_runner", "drain", "ping", "run_worker", "worker_settings"},
     "outbox.admin.endpoints": {
-        "ACTORS", "Created", "DeliveryCredentials", "Endpoint", "Rotated", "URL_MAX_LENGTH",
-        "Updated", "add", "check_destination", "delivery_credentials", "get", "list_all",
-        "parse_id", "rotate_secret", "set_enabled",
+        "ACTORS", "Created", "DeliveryCredentials", "Endpoint", "PublicKey", "Rotated",
+        "URL_MAX_LENGTH", "Updated", "add", "check_destination", "delivery_credentials", "get",
+        "list_all", "parse_id", "public_keys", "rotate_secret", "set_enabled",
         "signing_secrets", "update", "validate_headers", "validate_text", "validate_url",
     },
     "outbox.admin.deadletter": {
@@ -80,7 +80,8 @@ PUBLIC: dict[str, set[str]] = {
                                       "EndpointCredentials", "PEM_MAX",
                                       "EndpointOptions", "HEADERS_MAX", "HEADER_NAME_MAX",
                                       "HEADER_VALUE_MAX", "Headers", "RESERVED_HEADERS",
-                                      "RESERVED_PREFIX", "TEXT_PATTERN", "check_headers",
+                                      "RESERVED_PREFIX", "SIGNATURES", "Signature",
+                                      "TEXT_PATTERN", "check_headers",
                                       "describe_errors", "limits"},
     "outbox.admin.endpoint_oauth2": {"CLIENT_ID_MAX", "CLIENT_SECRET_MAX", "OAuth2Fields",
                                      "OAuth2Options", "SCOPE_MAX", "TOKEN_URL_MAX", "client_secret",

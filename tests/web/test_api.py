@@ -18,6 +18,7 @@ from tests.support.workers import SECRET
 from tests.web.conftest import World, enter_portal, new_client, snapshot
 from tests.web.routes import all_routes
 from tests.web.test_catalog_web import CATALOG_COVERED
+from tests.web.test_signature_keys_web import KEYS_COVERED
 
 # Every route this file exercises; test_every_api_route_is_exercised keeps it complete.
 COVERED = {
@@ -43,7 +44,7 @@ COVERED = {
 def test_every_api_route_is_exercised(app: FastAPI) -> None:
     api = {(m, p) for m, p in all_routes(app)
            if p.startswith("/api") or p in ("/healthz", "/readyz")}
-    assert api == COVERED | CATALOG_COVERED
+    assert api == COVERED | CATALOG_COVERED | KEYS_COVERED
 
 
 def test_endpoint_lifecycle(db_url: str, api: TestClient) -> None:

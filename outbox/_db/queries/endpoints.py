@@ -11,7 +11,10 @@ ENDPOINT_COLUMNS = """
     ordered, previous_secret_expires_at, created_at, updated_at,
     rate_limit, rate_burst, tenant_rate_limit,
     secret_headers, auth_kind, tls_client_cert_subject, tls_client_cert_expires_at,
-    oauth2_token_url, oauth2_client_id, oauth2_scope
+    oauth2_token_url, oauth2_client_id, oauth2_scope,
+    signature, public_key,
+    CASE WHEN previous_secret_expires_at > now() THEN previous_public_key END
+        AS previous_public_key
 """
 
 ENDPOINT_INSERT = (
@@ -22,7 +25,8 @@ INSERT INTO {schema}.endpoints
      ordered, url_credentials, rate_limit, rate_burst,
      secret_header_values, secret_headers, auth_kind, auth_secret,
      tls_client_cert, tls_client_key, tls_client_cert_subject, tls_client_cert_expires_at,
-     oauth2_token_url, oauth2_client_id, oauth2_client_secret, oauth2_scope)
+     oauth2_token_url, oauth2_client_id, oauth2_client_secret, oauth2_scope,
+     signature, public_key)
 VALUES (%(id)s, %(url)s, %(description)s, %(tenant)s, %(all_tenants)s, %(secret)s,
         %(event_types)s, %(headers)s,
         %(max_attempts)s, %(retry_base_seconds)s, %(retry_cap_seconds)s,
@@ -33,7 +37,8 @@ VALUES (%(id)s, %(url)s, %(description)s, %(tenant)s, %(all_tenants)s, %(secret)
         %(auth_kind)s, %(auth_secret)s, %(tls_client_cert)s, %(tls_client_key)s,
         %(tls_client_cert_subject)s, %(tls_client_cert_expires_at)s,
         %(oauth2_token_url)s, %(oauth2_client_id)s, %(oauth2_client_secret)s,
-        NULLIF(%(oauth2_scope)s::text, ''))
+        NULLIF(%(oauth2_scope)s::text, ''),
+        %(signature)s, %(public_key)s)
 RETURNING"""
     + ENDPOINT_COLUMNS
 )
@@ -146,15 +151,19 @@ RETURNING"""
 
 # Rotation: the current secret becomes the previous one, which keeps signing beside the
 # new one until it expires (the claim sends it while previous_secret_expires_at > now()).
-# Refused (no row) while an earlier rotation's grace is still running, unless forced.
+# Refused (no row) while an earlier rotation's grace is still running, unless forced. An
+# ed25519 endpoint's public key moves along with its secret key (NULL for hmac), and only
+# an endpoint of the %(signature)s scheme rotates (no row otherwise: refused).
 ENDPOINT_ROTATE_SECRET = (
     """
 UPDATE {schema}.endpoints
    SET previous_secret = secret,
        previous_secret_expires_at = now() + make_interval(secs => %(grace)s),
        secret = %(secret)s,
+       previous_public_key = public_key,
+       public_key = %(public_key)s,
        updated_at = now()
- WHERE id = %(id)s
+ WHERE id = %(id)s AND signature = %(signature)s
    AND (%(force)s OR previous_secret_expires_at IS NULL OR previous_secret_expires_at <= now())
 RETURNING"""
     + ENDPOINT_COLUMNS
