@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,8 @@ class Endpoint:
     rate_limit: float | None = None
     rate_burst: int | None = None
     tenant_rate_limit: float | None = None
+    # Payload filter as registered (outbox.admin.filters); None: every event of its types.
+    filter: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ from outbox.admin._endpoint_checks import (
 from outbox.admin._endpoint_types import Created, Endpoint, Rotated, Updated
 from outbox.admin._routing import validate_scope
 from outbox.admin.endpoint_options import EndpointOptions
+from outbox.admin.filters import filter_params
 from outbox.errors import EndpointNotFound, InvalidEndpoint, OperationRefused
 from outbox.settings import get_settings
 from outbox.signing import decode_secret, generate_secret
@@ -104,6 +105,7 @@ def add(
     box: SecretBox | None = None,
     allow_brokers: bool = True,
     options: EndpointOptions | None = None,
+    filter: Mapping[str, Any] | str | None = None,  # noqa: A002 (the option's name)
 ) -> Created:
     """Register an endpoint. Without ``secret`` one is generated and returned once.
 
@@ -122,6 +124,8 @@ def add(
     (never shown again); ``allow_brokers=False`` (the portal) refuses broker URLs.
     The delivery options (``max_attempts`` ... ``max_in_flight``) may also come as
     ``options``; keyword arguments given win. Their ranges: :mod:`outbox.admin.endpoint_options`.
+    ``filter``: a payload filter (a JSON object or its text, :mod:`outbox.admin.filters`):
+    the endpoint receives only the events of its types whose payload matches.
     """
     validate_url(url, allow_brokers=allow_brokers)
     stored_url, credentials = split_url(url)
@@ -134,6 +138,7 @@ def add(
                         retry_cap_seconds=retry_cap_seconds,
                         timeout_seconds=timeout_seconds, max_in_flight=max_in_flight),
         **rate_params(rate_limit, rate_burst),
+        **filter_params(filter),
     }
     generated = secret is None
     the_secret = generate_secret() if secret is None else secret
@@ -229,6 +234,8 @@ def update(
     box: SecretBox | None = None,
     allow_brokers: bool = True,
     options: EndpointOptions | None = None,
+    filter: Mapping[str, Any] | str | None = None,  # noqa: A002 (the option's name)
+    clear_filter: bool = False,
 ) -> Updated:
     """Change an endpoint in one statement; ``None`` leaves a field as it is.
 
@@ -243,6 +250,8 @@ def update(
     ``rate_limit`` / ``rate_burst`` apply to the next claims of every worker;
     ``clear_rate_limit`` removes both (the adaptive throttling still applies). ``options``: as for
     :func:`add` (its unset fields are unchanged).
+    ``filter`` replaces the payload filter, ``clear_filter`` removes it; either applies to
+    events emitted after the commit.
     """
     eid = parse_id(endpoint_id)
     if clear_rate_limit and (rate_limit is not None or rate_burst is not None):
@@ -265,6 +274,7 @@ def update(
         **rate_params(rate_limit, rate_burst, has_rate=rate_limit is None and (
             rate_burst is None or get(conn, eid, schema=schema).rate_limit is not None)),
         "clear_rate_limit": bool(clear_rate_limit),
+        **filter_params(filter, clear_filter),
     }
     warnings: tuple[str, ...] = ()
     if url is not None and allow_networks is not None:

@@ -15,14 +15,15 @@ from __future__ import annotations
 # ``q``: how tables are qualified: "{schema}." here, "" in the SQL function outbox.emit
 # (its search_path is pinned to its schema).
 def _scope(t: str, q: str = "{schema}.") -> str:
+    cols = "p.id, p.event_types, p.ordered, p.filter_path"
     return f"""(
-            SELECT p.id, p.event_types, p.ordered FROM {q}endpoints p
+            SELECT {cols} FROM {q}endpoints p
              WHERE p.tenant = {t} AND p.enabled
             UNION ALL
-            SELECT p.id, p.event_types, p.ordered FROM {q}endpoints p
+            SELECT {cols} FROM {q}endpoints p
              WHERE {t} IS NULL AND p.tenant IS NULL AND p.enabled AND NOT p.all_tenants
             UNION ALL
-            SELECT p.id, p.event_types, p.ordered FROM {q}endpoints p
+            SELECT {cols} FROM {q}endpoints p
              WHERE p.all_tenants AND p.enabled)"""
 
 
@@ -34,6 +35,34 @@ def _takes(types: str, t: str, pct: str = "%%") -> str:
     return f"""({types} IS NULL OR {t} = ANY ({types})
         OR EXISTS (SELECT FROM unnest({types}) f
                     WHERE f LIKE '{pct}.*' AND starts_with({t}, left(f, -1))))"""
+
+
+# Payload filters (outbox.admin.filters, docs/guides/filters.md): an endpoint's filter is
+# compiled at registration into a jsonpath predicate (endpoints.filter_path; NULL: no
+# filter) and evaluated here, on the event's payload as jsonb, so a filtered-out endpoint
+# gets no delivery row at all. Evaluated only for an endpoint already in scope whose type
+# filter takes the event (the CASE fixes that order: the planner may reorder ANDed quals),
+# so endpoints of other tenants or types cost nothing. jsonb cannot hold a NUL character:
+# a payload whose json text has the escape \u0000 (an even number of backslashes before
+# it) is NULL here and matches no filter, rather than failing the emit.
+def _doc(payload: str) -> str:
+    text = f"{payload}::text"
+    return (f"CASE WHEN strpos({text}, '\\u0000') = 0"
+            f" OR {text} !~ '(^|[^\\\\])(\\\\\\\\)*\\\\u0000' THEN {payload}::jsonb END")
+
+
+def _passes(payload: str) -> str:
+    return (f"CASE WHEN ep.filter_path IS NULL THEN true"
+            f" ELSE {_doc(payload)} @@ ep.filter_path END")
+
+
+# The same evaluation for `outbox endpoints test-filter` (outbox.admin.filters).
+payload_doc = _doc
+filter_passes = _passes
+
+
+def _routed(types: str, t: str, payload: str, pct: str = "%%") -> str:
+    return f"CASE WHEN {_takes(types, t, pct)} THEN {_passes(payload)} ELSE false END"
 
 
 # Ordered endpoints (migrations/0005_ordered.sql has the design): a delivery of
@@ -53,7 +82,7 @@ def _fan_out(q: str = "{schema}.", pct: str = "%%") -> str:
     INSERT INTO {q}deliveries (event_id, endpoint_id, key, state)
     SELECT ins.id, ep.id, {_KEY}, {_STATE}
       FROM ins CROSS JOIN LATERAL {_scope("ins.tenant", q)} ep
-     WHERE {_takes("ep.event_types", "ins.type", pct)}
+     WHERE {_routed("ep.event_types", "ins.type", "ins.payload", pct)}
 """
 
 
@@ -65,20 +94,27 @@ _FAN_OUT = _fan_out()
 # Rows go in event order (ids are UUIDv7, made in input order): see _KEY above.
 # ``source`` names the event rows (a CTE); ``catch_all=False`` leaves out endpoints whose
 # filter is every type (NULL): operational events (outbox._db.queries.opevents) reach only
-# endpoints that name them (``outbox.*`` or an exact type).
+# endpoints that name them (``outbox.*`` or an exact type), and payload filters do not
+# apply to them (``source`` has no payload column then): the filter of an endpoint that
+# names operational events is for its application events.
+# Application events: the payload filter runs per event, after the join (each event's
+# payload), only for the endpoints the (tenant, type) lookup kept.
 def fan_out_grouped(source: str, *, catch_all: bool = True) -> str:
     takes = _takes("ep.event_types", "k.type")
+    passes = _passes("ins.payload")
     if not catch_all:
         takes = f"(ep.event_types IS NOT NULL AND {takes})"
+        passes = "true"
     return f"""
     INSERT INTO {{schema}}.deliveries (event_id, endpoint_id, key, state)
     SELECT ins.id, ep.id, {_KEY}, {_STATE}
       FROM {source} ins JOIN (
-            SELECT k.tenant, k.type, ep.id, ep.ordered
+            SELECT k.tenant, k.type, ep.id, ep.ordered, ep.filter_path
               FROM (SELECT DISTINCT tenant, type FROM {source}) k
              CROSS JOIN LATERAL {_scope("k.tenant")} ep
              WHERE {takes}) ep
         ON COALESCE(ep.tenant, '') = COALESCE(ins.tenant, '') AND ep.type = ins.type
+     WHERE {passes}
      ORDER BY ins.id
 """
 
@@ -90,7 +126,7 @@ EMIT_ONE = (
 WITH ins AS (
     INSERT INTO {schema}.events (id, type, payload, key, idempotency_key, traceparent, tenant)
     VALUES (%s, %s, %s::json, %s, NULL, %s, %s)
-    RETURNING id, type, tenant, key)
+    RETURNING id, type, tenant, key, payload)
 """
     + _FAN_OUT
 )
@@ -118,7 +154,7 @@ WITH ins AS (
     VALUES (%(id)s, %(type)s, %(payload)s::json, %(key)s, %(ikey)s, %(traceparent)s,
             %(tenant)s)
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING id, type, tenant, key),
+    RETURNING id, type, tenant, key, payload),
 """ + _wake_ctes(_FAN_OUT, wake) + """
 SELECT id FROM ins""" + _wake_guard(wake) + """
 UNION ALL
@@ -139,7 +175,7 @@ ins AS (
     INSERT INTO {schema}.events (id, type, payload, key, idempotency_key, traceparent, tenant)
     SELECT id, type, payload::json, key, ikey, traceparent, tenant FROM input ORDER BY ord
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING id, type, tenant, key),
+    RETURNING id, type, tenant, key, payload),
 """ + _wake_ctes(_FAN_OUT_GROUPED, wake) + """
 SELECT COALESCE(ins.id, old.id) AS id
   FROM input
@@ -157,8 +193,11 @@ SELECT COALESCE(ins.id, old.id) AS id
 COPY_EVENTS = """
 COPY {schema}.events (id, type, payload, key, traceparent, tenant) FROM STDIN (FORMAT BINARY)
 """
+# ``filtered``: the endpoint has a payload filter; such a batch is not copied but written
+# by EMIT_MANY (outbox._emit.drivers.psycopg), whose fan-out evaluates it per event.
 ROUTES = f"""
-SELECT k.tenant, k.type, ep.id AS endpoint_id, ep.ordered
+SELECT k.tenant, k.type, ep.id AS endpoint_id, ep.ordered,
+       ep.filter_path IS NOT NULL AS filtered
   FROM unnest(%(tenants)s::text[], %(types)s::text[]) AS k(tenant, type)
  CROSS JOIN LATERAL {_scope("k.tenant")} ep
  WHERE {_takes("ep.event_types", "k.type")}
@@ -220,7 +259,7 @@ EMIT_ONE_WAKE = (
 WITH ins AS (
     INSERT INTO {schema}.events (id, type, payload, key, idempotency_key, traceparent, tenant)
     VALUES (%s, %s, %s::json, %s, NULL, %s, %s)
-    RETURNING id, type, tenant, key),
+    RETURNING id, type, tenant, key, payload),
 fan AS (""" + _FAN_OUT + " RETURNING 1)" + _WAKE_IF_IDLE
 )
 EMIT_ONE_IDEMPOTENT = _emit_one_idempotent(wake=False)
@@ -245,7 +284,7 @@ SQL_EMIT_STATEMENT = """WITH ins AS (
     INSERT INTO events (id, type, payload, key, idempotency_key, traceparent, tenant)
     VALUES (v_id, emit.type, v_payload::json, emit.key, v_ikey, NULL, emit.tenant)
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING id, type, tenant, key),
+    RETURNING id, type, tenant, key, payload),
 fan AS (""" + _fan_out("", "%") + """ RETURNING 1),
 wake AS (""" + _wake_if_idle(_FN_SCHEMA_NAME) + """)
 SELECT id FROM ins WHERE (SELECT count(*) FROM wake) >= 0"""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from outbox._db.queries.emit import filter_passes, payload_doc
 from outbox._db.queries.opevents import OP_EMIT, OP_WAKE
 
 # --- endpoints --------------------------------------------------------------------------
@@ -9,7 +10,7 @@ ENDPOINT_COLUMNS = """
     id, url, description, tenant, all_tenants, event_types, headers, enabled, disabled_reason,
     max_attempts, retry_base_seconds, retry_cap_seconds, timeout_seconds, max_in_flight,
     ordered, previous_secret_expires_at, created_at, updated_at,
-    rate_limit, rate_burst, tenant_rate_limit
+    rate_limit, rate_burst, tenant_rate_limit, filter
 """
 
 ENDPOINT_INSERT = (
@@ -17,12 +18,12 @@ ENDPOINT_INSERT = (
 INSERT INTO {schema}.endpoints
     (id, url, description, tenant, all_tenants, secret, event_types, headers,
      max_attempts, retry_base_seconds, retry_cap_seconds, timeout_seconds, max_in_flight,
-     ordered, url_credentials, rate_limit, rate_burst)
+     ordered, url_credentials, rate_limit, rate_burst, filter, filter_path)
 VALUES (%(id)s, %(url)s, %(description)s, %(tenant)s, %(all_tenants)s, %(secret)s,
         %(event_types)s, %(headers)s,
         %(max_attempts)s, %(retry_base_seconds)s, %(retry_cap_seconds)s,
         %(timeout_seconds)s, %(max_in_flight)s, %(ordered)s, %(url_credentials)s,
-        %(rate_limit)s, %(rate_burst)s)
+        %(rate_limit)s, %(rate_burst)s, %(filter)s, %(filter_path)s::jsonpath)
 RETURNING"""
     + ENDPOINT_COLUMNS
 )
@@ -101,6 +102,9 @@ UPDATE {schema}.endpoints
                          ELSE COALESCE(%(rate_limit)s::float8, rate_limit) END,
        rate_burst = CASE WHEN %(clear_rate_limit)s THEN NULL
                          ELSE COALESCE(%(rate_burst)s::integer, rate_burst) END,
+       filter = CASE WHEN %(set_filter)s THEN %(filter)s::jsonb ELSE filter END,
+       filter_path = CASE WHEN %(set_filter)s THEN %(filter_path)s::jsonpath
+                          ELSE filter_path END,
        updated_at = now()
  WHERE id = %(id)s
 RETURNING"""
@@ -171,3 +175,14 @@ SELECT e.id AS endpoint_id, least(e.rate_limit, e.tenant_rate_limit) AS rate_lim
                        * EXTRACT(EPOCH FROM now() - f.decreased_at)::float8 END AS adaptive) a
 """
 FLOW_STATES = _FLOW_COLUMNS + " WHERE e.id = ANY (%s::uuid[])"
+
+# Whether a sample payload %(doc)s (json text) matches the endpoint's stored filter, with
+# the routing's own expression (outbox._db.queries.emit), and whether each of %(paths)s
+# (the filter's top-level conditions, compiled from the stored filter) holds.
+ENDPOINT_TEST_FILTER = f"""
+SELECT COALESCE({filter_passes("d.doc")}, false),
+       ARRAY(SELECT COALESCE({payload_doc("d.doc")} @@ u.p::jsonpath, false)
+               FROM unnest(%(paths)s::text[]) WITH ORDINALITY AS u(p, n) ORDER BY u.n)
+  FROM {{schema}}.endpoints ep, (SELECT %(doc)s::json AS doc) d
+ WHERE ep.id = %(id)s
+"""
