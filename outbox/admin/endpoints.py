@@ -105,7 +105,7 @@ def add(
     box: SecretBox | None = None,
     allow_brokers: bool = True,
     options: EndpointOptions | None = None,
-    filter: Mapping[str, Any] | str | None = None,  # noqa: A002 (the option's name)
+    filter: Mapping[str, Any] | str | None = None,
 ) -> Created:
     """Register an endpoint. Without ``secret`` one is generated and returned once.
 
@@ -234,7 +234,7 @@ def update(
     box: SecretBox | None = None,
     allow_brokers: bool = True,
     options: EndpointOptions | None = None,
-    filter: Mapping[str, Any] | str | None = None,  # noqa: A002 (the option's name)
+    filter: Mapping[str, Any] | str | None = None,
     clear_filter: bool = False,
 ) -> Updated:
     """Change an endpoint in one statement; ``None`` leaves a field as it is.

@@ -5,7 +5,7 @@ jsonpath predicate stored beside it (``endpoints.filter_path``, migration 0017).
 predicate is the ONE evaluator: emit's routing (the Python emit and the SQL function
 ``outbox.emit``, outbox/_db/queries/emit.py) runs ``payload::jsonb @@ filter_path`` for each
 endpoint in scope whose type filter takes the event, so a non-matching endpoint gets no
-delivery row; :func:`test_filter` runs the same stored path on a sample in the database.
+delivery row; :func:`try_filter` runs the same stored path on a sample in the database.
 
 Grammar (every refusal is :class:`~outbox.errors.InvalidEndpoint` naming the bad part,
 e.g. ``filter.$or[1].amount.$gt``, before anything is written):
@@ -44,9 +44,9 @@ from __future__ import annotations
 import json
 import math
 import uuid
-from decimal import Decimal
 from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import psycopg
@@ -71,7 +71,7 @@ __all__ = [
     "FilterTest",
     "compile_filter",
     "filter_params",
-    "test_filter",
+    "try_filter",
 ]
 
 FILTER_MAX_BYTES = 4096
@@ -97,7 +97,7 @@ class Compiled:
 
 @dataclass(frozen=True, slots=True)
 class FilterTest:
-    """:func:`test_filter`'s answer: ``matches`` (always True without a filter), and each
+    """:func:`try_filter`'s answer: ``matches`` (always True without a filter), and each
     top-level condition with whether it held (empty without a filter)."""
 
     matches: bool
@@ -152,7 +152,7 @@ def filter_params(spec: Any, clear: bool = False) -> dict[str, Any]:
             "filter_path": compiled.path}
 
 
-def test_filter(conn: psycopg.Connection[Any], endpoint_id: str | uuid.UUID,
+def try_filter(conn: psycopg.Connection[Any], endpoint_id: str | uuid.UUID,
                 payload: Any, *, schema: str, tenant: str | None = None) -> FilterTest:
     """Whether ``payload`` (a JSON value) matches the endpoint's stored filter, by the
     routing's own evaluator (its stored jsonpath, run in the database), and which top-level

@@ -13,6 +13,7 @@ from outbox import worker as worker_seam
 from outbox.admin import endpoints as ep
 from outbox.admin import flow
 from outbox.cli.endpoints import endpoint_json, endpoints, parse_headers, print_warnings
+from outbox.cli.filter_params import filter_option, filter_text, read_json_arg
 from outbox.cli.output import cut, echo_json, to_jsonable, when
 from outbox.cli.params import Duration, delivery_options, endpoint_options, rate_options
 from outbox.cli.root import Context, Failed, pass_ctx
@@ -39,6 +40,7 @@ def show(ctx: Context, endpoint_id: str, as_json: bool) -> None:
     click.echo(f"enabled:      {'yes' if e.enabled else f'no ({e.disabled_reason})'}")
     click.echo(f"event types:  {', '.join(e.event_types) if e.event_types else '*'}")
     click.echo(f"ordered:      {'yes' if e.ordered else 'no'}")
+    click.echo(f"filter:       {filter_text(e.filter)}")
     click.echo(f"rate limit:   {rate_text(e)}")
     click.echo(f"allowed rate: {flow.describe(state)}")
     click.echo(f"throttled:    {state.throttled_total} time(s) so far")
@@ -61,13 +63,14 @@ def show(ctx: Context, endpoint_id: str, as_json: bool) -> None:
 @rate_options
 @click.option("--no-rate-limit", "clear_rate_limit", is_flag=True,
               help="Remove the fixed rate limit and burst (adaptive throttling stays).")
+@filter_option(update=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the endpoint as JSON.")
 @pass_ctx
 def update(ctx: Context, /, endpoint_id: str, url: str | None, event_types: tuple[str, ...],
            all_event_types: bool, headers: tuple[str, ...], clear_headers: bool,
            description: str | None, ordered: bool | None, rate_limit: float | None,
            rate_burst: int | None, clear_rate_limit: bool, as_json: bool,
-           **values: Any) -> None:
+           payload_filter: str | None, clear_filter: bool, **values: Any) -> None:
     """Change an endpoint; options not given keep their value. Validated like `add`,
     including the address check of a new URL (see `outbox endpoints add --help`).
 
@@ -77,17 +80,20 @@ def update(ctx: Context, /, endpoint_id: str, url: str | None, event_types: tupl
       outbox endpoints update 0193... --event-type invoice.paid --event-type invoice.void
       outbox endpoints update 0193... --clear-headers --header "X-Team=billing"
       outbox endpoints update 0193... --rate-limit 50 --burst 100
+      outbox endpoints update 0193... --filter '{"region": "eu"}'
     """
     options = endpoint_options(values)
     changes: list[Any] = [url, event_types, all_event_types, headers, clear_headers,
                           description, *options.given().values(), rate_limit, rate_burst,
-                          clear_rate_limit]
+                          clear_rate_limit, payload_filter, clear_filter]
     if ordered is None and not any(c not in (None, False, ()) for c in changes):
         raise click.UsageError("nothing to update: give at least one option (see --help)")
     if event_types and all_event_types:
         raise click.UsageError("--event-type and --all-event-types contradict each other")
     if clear_rate_limit and (rate_limit is not None or rate_burst is not None):
         raise click.UsageError("--no-rate-limit contradicts --rate-limit and --burst")
+    if clear_filter and payload_filter is not None:
+        raise click.UsageError("--no-filter contradicts --filter")
     parsed = parse_headers(headers)
     with ctx.connect() as conn:
         done = ep.update(
@@ -96,6 +102,7 @@ def update(ctx: Context, /, endpoint_id: str, url: str | None, event_types: tupl
             description=description, options=options, ordered=ordered,
             rate_limit=rate_limit, rate_burst=rate_burst, clear_rate_limit=clear_rate_limit,
             allow_networks=ctx.allow_networks() if url is not None else None,
+            filter=read_json_arg(payload_filter, "--filter"), clear_filter=clear_filter,
         )
     print_warnings(done.warnings)
     if as_json:
@@ -107,6 +114,7 @@ def update(ctx: Context, /, endpoint_id: str, url: str | None, event_types: tupl
     click.echo(f"  event types: {', '.join(e.event_types) if e.event_types else '*'}")
     click.echo(f"  headers:     {', '.join(f'{k}={v}' for k, v in e.headers.items()) or '-'}")
     click.echo(f"  ordered:     {'yes' if e.ordered else 'no'}")
+    click.echo(f"  filter:      {filter_text(e.filter)}")
     click.echo(f"  rate limit:  {rate_text(e)}")
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from outbox.admin import endpoints as ep
+from outbox.cli.filter_params import filter_option, read_json_arg
 from outbox.cli.output import print_table
 from outbox.cli.params import delivery_options, endpoint_options, rate_options, tenant_option
 from outbox.cli.root import Context, cli, pass_ctx
@@ -70,11 +71,12 @@ def endpoints() -> None:
                    "after the previous one is delivered (docs: guides/ordering.md).")
 @delivery_options
 @rate_options
+@filter_option(update=False)
 @pass_ctx
 def add(ctx: Context, /, url: str, event_types: tuple[str, ...], tenant: str | None,
         all_tenants: bool, secret: str | None,
         headers: tuple[str, ...], description: str, ordered: bool, rate_limit: float | None,
-        rate_burst: int | None, **options: Any) -> None:
+        rate_burst: int | None, payload_filter: str | None, **options: Any) -> None:
     """Register URL; print its id and, if generated, its secret (shown only once).
 
     The URL's host is resolved now and refused if any of its addresses is loopback,
@@ -102,6 +104,8 @@ def add(ctx: Context, /, url: str, event_types: tuple[str, ...], tenant: str | N
           --header "X-Team=billing"
       outbox endpoints add https://acme.example/hooks --tenant acme --event-type 'invoice.*'
       outbox endpoints add 'amqp://app:secret@mq.internal/shop?exchange=orders'
+      outbox endpoints add https://example.com/big --event-type invoice.paid \\
+          --filter '{"amount": {"$gte": 1000}, "currency": {"$in": ["EUR", "USD"]}}'
     """
     parsed = parse_headers(headers)
     with ctx.connect() as conn:
@@ -111,6 +115,7 @@ def add(ctx: Context, /, url: str, event_types: tuple[str, ...], tenant: str | N
             headers=parsed, description=description, options=endpoint_options(options),
             ordered=ordered, rate_limit=rate_limit, rate_burst=rate_burst,
             allow_networks=ctx.allow_networks(),
+            filter=read_json_arg(payload_filter, "--filter"),
         )
     print_warnings(created.warnings)
     click.echo(f"id:     {created.endpoint.id}")

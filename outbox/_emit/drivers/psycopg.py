@@ -5,7 +5,8 @@ keys writes by binary COPY: the events, then one delivery per routed endpoint, r
 one query over the batch's distinct (tenant, type) pairs (the rule of the INSERT
 statement, in SQL); a batch routed to an endpoint with a payload filter is written by the
 INSERT statement instead (its fan-out evaluates the filter on each event's payload in SQL,
-the one evaluator; nothing was written before that choice). The guarantees are :mod:`outbox._emit.api`'s."""
+the one evaluator; nothing was written before that choice). The guarantees are
+:mod:`outbox._emit.api`'s."""
 
 from __future__ import annotations
 
