@@ -30,6 +30,7 @@ from outbox.web.models import (
     OptionalDisable,
     OptionalRotate,
     RotateIn,
+    filter_change,
     options_of,
 )
 
@@ -58,7 +59,7 @@ def create_endpoint(body: EndpointIn, conn: Conn, settings: AppSettings,
         headers=body.headers, description=body.description, options=options_of(body),
         rate_limit=body.rate_limit, rate_burst=body.rate_burst,
         allow_networks=allow_networks(settings),
-        box=settings.secret_box())
+        box=settings.secret_box(), filter=body.filter)
     response.headers["Cache-Control"] = "no-store"
     return {"endpoint": endpoint_json(created.endpoint), "secret": created.secret,
             "warnings": list(created.warnings)}
@@ -83,7 +84,8 @@ def update_endpoint(endpoint_id: str, body: EndpointPatch, conn: Conn,
         headers=body.headers, clear_headers=body.clear_headers, description=body.description,
         options=options_of(body), rate_limit=body.rate_limit, rate_burst=body.rate_burst,
         clear_rate_limit=body.clear_rate_limit,
-        allow_networks=allow_networks(settings) if body.url is not None else None)
+        allow_networks=allow_networks(settings) if body.url is not None else None,
+        **filter_change(body))
     return {"endpoint": endpoint_json(done.endpoint), "warnings": list(done.warnings)}
 
 

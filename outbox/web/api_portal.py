@@ -46,6 +46,7 @@ from outbox.web.models import (
     PortalSkipIn,
     RotateIn,
     TypeName,
+    filter_change,
 )
 
 router = APIRouter(prefix="/portal", tags=["portal"])
@@ -75,7 +76,7 @@ def create_endpoint(body: PortalEndpointIn, tenant: Tenant, conn: Conn,
     created = ep.add(conn, body.url, schema=settings.schema_name, event_types=body.event_types,
                      tenant=tenant, secret=body.secret, headers=body.headers,
                      description=body.description, allow_networks=portal_allow_networks(settings),
-                     box=settings.secret_box(), allow_brokers=False)
+                     box=settings.secret_box(), allow_brokers=False, filter=body.filter)
     response.headers["Cache-Control"] = "no-store"
     return {"endpoint": endpoint_json(created.endpoint), "secret": created.secret,
             "warnings": list(created.warnings)}
@@ -104,7 +105,7 @@ def update_endpoint(endpoint_id: str, body: PortalEndpointPatch, tenant: Tenant,
                      all_event_types=body.all_event_types, headers=body.headers,
                      clear_headers=body.clear_headers, description=body.description,
                      allow_networks=portal_allow_networks(settings) if body.url else None,
-                     allow_brokers=False)
+                     allow_brokers=False, **filter_change(body))
     return {"endpoint": endpoint_json(done.endpoint), "warnings": list(done.warnings)}
 
 

@@ -34,6 +34,10 @@ WHEN: dict[str, Any] = {
     "description": "a time ago (90s, 30m, 2h, 7d) or an ISO 8601 time after 1970"}
 
 
+FILTER_HELP = ("Payload filter: deliver only events whose payload matches (docs: "
+               "guides/filters.md), e.g. {\"amount\": {\"$gte\": 100}}")
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -46,6 +50,7 @@ class PortalEndpointIn(Strict):
     headers: _Headers = None
     description: str = Field(default="", max_length=1000)
     secret: str | None = Field(default=None, max_length=200)
+    filter: dict[str, Any] | None = Field(default=None, description=FILTER_HELP)
 
 
 def options_of(body: BaseModel) -> EndpointOptions:
@@ -76,6 +81,15 @@ class PortalEndpointPatch(Strict):
     # requests per second (the portal: the tenant's own, at most the operator's)
     rate_limit: float | None = Field(default=None, gt=0, le=1_000_000, allow_inf_nan=False)
     clear_rate_limit: bool = False
+    # absent: kept; null: removed (filter_change)
+    filter: dict[str, Any] | None = Field(default=None, description=FILTER_HELP)
+
+
+def filter_change(body: PortalEndpointPatch) -> dict[str, Any]:
+    """``update``'s filter arguments of a PATCH body: absent keeps, null removes."""
+    if "filter" not in body.model_fields_set:
+        return {}
+    return {"filter": body.filter} if body.filter is not None else {"clear_filter": True}
 
 
 class EndpointPatch(PortalEndpointPatch, EndpointOptions):
