@@ -11,6 +11,7 @@ once, on a page that no cache may keep; no other page shows a secret.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 from typing import Annotated, Any
 from urllib.parse import urlencode
@@ -119,7 +120,8 @@ def _offered(conn: psycopg.Connection[Any], request: Request, tenant: str) -> li
 def add(request: Request, page: Page, _: Posted, conn: Conn,
         url: Annotated[str, Form()] = "", description: Annotated[str, Form()] = "",
         event_types: Annotated[str, Form()] = "",
-        operational: Annotated[str, Form()] = "") -> Response:
+        operational: Annotated[str, Form()] = "",
+        payload_filter: Annotated[str, Form()] = "") -> Response:
     """Register an endpoint of the tenant; its generated secret is shown once."""
     settings = auth.web_settings(request)
     try:
@@ -129,10 +131,10 @@ def add(request: Request, page: Page, _: Posted, conn: Conn,
                          description=description.strip()[:500],
                          event_types=_types(event_types, operational),
                          allow_networks=portal_allow_networks(settings), box=settings.secret_box(),
-                         allow_brokers=False)
+                         allow_brokers=False, filter=payload_filter.strip() or None)
     except BAD_INPUT as exc:
         form = {"url": url, "description": description, "event_types": event_types,
-                "operational": operational}
+                "operational": operational, "payload_filter": payload_filter}
         return _home(request, page, conn, error=str(exc), form=form, status=400)
     return render(request, "portal_secret.html", {
         **page, "page": "endpoints", "endpoint": created.endpoint, "secret": created.secret,
@@ -156,7 +158,9 @@ def _form_of(endpoint: ep.Endpoint) -> dict[str, str]:
     types = endpoint.event_types or []
     return {"url": endpoint.url, "description": endpoint.description,
             "event_types": ", ".join(t for t in types if t != OPERATIONAL),
-            "operational": "on" if OPERATIONAL in types else ""}
+            "operational": "on" if OPERATIONAL in types else "",
+            "payload_filter": json.dumps(endpoint.filter, ensure_ascii=False)
+            if endpoint.filter else ""}
 
 
 @router.post("/endpoints/{endpoint_id}", response_class=HTMLResponse,
@@ -164,8 +168,10 @@ def _form_of(endpoint: ep.Endpoint) -> dict[str, str]:
 def save(request: Request, endpoint_id: str, page: Page, _: Posted, conn: Conn,
          url: Annotated[str, Form()] = "", description: Annotated[str, Form()] = "",
          event_types: Annotated[str, Form()] = "",
-         operational: Annotated[str, Form()] = "") -> Response:
-    """Change the URL, description and event types (nothing changes on a refusal)."""
+         operational: Annotated[str, Form()] = "",
+         payload_filter: Annotated[str, Form()] = "") -> Response:
+    """Change the URL, description, event types and payload filter (empty: none); nothing
+    changes on a refusal."""
     settings = auth.web_settings(request)
     try:
         endpoint = _owned(conn, request, page["tenant"], endpoint_id)
@@ -177,10 +183,11 @@ def save(request: Request, endpoint_id: str, page: Page, _: Posted, conn: Conn,
         ep.update(conn, endpoint.id, schema=settings.schema_name, url=url.strip(),
                   description=description.strip()[:500], event_types=types,
                   all_event_types=types is None, allow_networks=portal_allow_networks(settings),
-                  allow_brokers=False)
+                  allow_brokers=False, filter=payload_filter.strip() or None,
+                  clear_filter=not payload_filter.strip())
     except BAD_INPUT as exc:
         form = {"url": url, "description": description, "event_types": event_types,
-                "operational": operational}
+                "operational": operational, "payload_filter": payload_filter}
         return render(request, "portal_edit.html", {
             **page, "page": "endpoints", "e": endpoint, "form": form, "error": str(exc),
             "offered": _offered(conn, request, page["tenant"])}, status_code=400)
