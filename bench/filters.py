@@ -45,7 +45,8 @@ TENANT = "t0"
 TYPE = "invoice.paid"
 PAYLOAD = {"amount": 150, "currency": "EUR", "customer": {"tier": "gold", "id": 42},
            "lines": [{"sku": "A-1", "qty": 2}, {"sku": "B-7", "qty": 1}]}
-OTHER_FILTER: dict[str, Any] = {"customer.tier": {"$in": ["gold", "platinum"]}, "amount": {"$gte": 1000}}
+OTHER_FILTER: dict[str, Any] = {"customer.tier": {"$in": ["gold", "platinum"]},
+                                "amount": {"$gte": 1000}}
 MATCH: dict[str, Any] = {"amount": {"$gte": 100}, "currency": {"$in": ["EUR", "USD"]}}
 NO_MATCH: dict[str, Any] = {"amount": {"$lt": 100}, "customer.tier": "gold"}
 
