@@ -54,7 +54,7 @@ WITH ins AS (
     INSERT INTO events (id, type, payload, key, idempotency_key, traceparent, tenant)
     VALUES (v_id, emit.type, v_payload::json, emit.key, v_ikey, NULL, emit.tenant)
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING id, type, tenant, key, payload),
+    RETURNING id, type, tenant, key),
 fan AS (
     INSERT INTO deliveries (event_id, endpoint_id, key, state)
     SELECT ins.id, ep.id, CASE WHEN ep.ordered THEN ins.key END, CASE WHEN ep.ordered AND ins.key IS NOT NULL THEN 'fresh' ELSE 'pending' END
@@ -69,7 +69,7 @@ fan AS (
              WHERE p.all_tenants AND p.enabled) ep
      WHERE CASE WHEN (ep.event_types IS NULL OR ins.type = ANY (ep.event_types)
         OR EXISTS (SELECT FROM unnest(ep.event_types) f
-                    WHERE f LIKE '%.*' AND starts_with(ins.type, left(f, -1)))) THEN CASE WHEN ep.filter_path IS NULL THEN true ELSE CASE WHEN strpos(ins.payload::text, '\u0000') = 0 OR ins.payload::text !~ '(^|[^\\])(\\\\)*\\u0000' THEN ins.payload::jsonb END @@ ep.filter_path END ELSE false END
+                    WHERE f LIKE '%.*' AND starts_with(ins.type, left(f, -1)))) THEN CASE WHEN ep.filter_path IS NULL THEN true ELSE emit.payload @@ ep.filter_path END ELSE false END
  RETURNING 1),
 wake AS (
 SELECT pg_notify('outbox_wakeup_' || left(md5(('"' || current_schema() || '"')), 16), '') FROM (SELECT 1 FROM fan LIMIT 1) wrote

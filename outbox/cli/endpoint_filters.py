@@ -11,7 +11,6 @@ import click
 from outbox.admin import filters
 from outbox.cli.endpoints import endpoints
 from outbox.cli.filter_params import filter_text, read_json_arg
-from outbox.cli.params import tenant_option
 from outbox.cli.root import Context, Failed, pass_ctx
 
 
@@ -19,14 +18,12 @@ from outbox.cli.root import Context, Failed, pass_ctx
 @click.argument("endpoint_id", metavar="ID")
 @click.option("--payload", required=True, metavar="JSON",
               help="A sample event payload (JSON text, or @FILE).")
-@tenant_option("Only an endpoint of this tenant (as the portal sees it).")
 @click.option("--json", "as_json", is_flag=True, help="The answer as JSON.")
 @pass_ctx
-def try_filter(ctx: Context, endpoint_id: str, payload: str, tenant: str | None,
-                as_json: bool) -> None:
+def try_filter(ctx: Context, endpoint_id: str, payload: str, as_json: bool) -> None:
     """Whether a sample payload matches the endpoint's filter, evaluated in the database
     by the same compiled filter emit routes with; and which top-level conditions hold.
-    Exit status 0 either way (read the answer); 1 on an error.
+    Reads only. Exit status 0 either way (read the answer); 1 on an error.
 
     \b
     Examples:
@@ -40,8 +37,7 @@ def try_filter(ctx: Context, endpoint_id: str, payload: str, tenant: str | None,
     except ValueError as exc:
         raise Failed(f"--payload is not valid JSON: {exc}") from None
     with ctx.connect() as conn:
-        result = filters.try_filter(conn, endpoint_id, sample, schema=ctx.schema,
-                                     tenant=tenant)
+        result = filters.try_filter(conn, endpoint_id, sample, schema=ctx.schema)
     if as_json:
         click.echo(json.dumps({
             "matches": result.matches, "filter": result.filter,

@@ -214,7 +214,7 @@ def test_the_cli_sets_shows_tests_and_removes_a_filter(db_url: str, tmp_path: An
     assert json.loads(tried.stdout) == {"matches": True, "filter": {"amount": {"$gte": 100}},
                                         "conditions": [{"condition": "amount",
                                                         "matches": True}]}
-    other = invoke(db_url, "endpoints", "test-filter", eid, "--payload", "{}", "--tenant", "x")
+    other = invoke(db_url, "endpoints", "test-filter", str(uuid.uuid4()), "--payload", "{}")
     assert other.exit_code == 1 and "no endpoint" in other.stderr
     notjson = invoke(db_url, "endpoints", "test-filter", eid, "--payload", "{")
     assert notjson.exit_code == 1 and "--payload is not valid JSON" in notjson.stderr

@@ -180,7 +180,7 @@ FLOW_STATES = _FLOW_COLUMNS + " WHERE e.id = ANY (%s::uuid[])"
 # the routing's own expression (outbox._db.queries.emit), and whether each of %(paths)s
 # (the filter's top-level conditions, compiled from the stored filter) holds.
 ENDPOINT_TEST_FILTER = f"""
-SELECT COALESCE({filter_passes("d.doc")}, false),
+SELECT COALESCE({filter_passes(payload_doc("d.doc"))}, false),
        ARRAY(SELECT COALESCE({payload_doc("d.doc")} @@ u.p::jsonpath, false)
                FROM unnest(%(paths)s::text[]) WITH ORDINALITY AS u(p, n) ORDER BY u.n)
   FROM {{schema}}.endpoints ep, (SELECT %(doc)s::json AS doc) d
