@@ -223,3 +223,18 @@ def test_the_cli_sets_shows_tests_and_removes_a_filter(db_url: str, tmp_path: An
     done = invoke(db_url, "endpoints", "update", eid, "--no-filter")
     assert done.exit_code == 0, done.output
     assert "filter:      -" in done.stdout
+
+
+def test_emit_many_async_routes_by_the_filter(db_url: str) -> None:
+    import asyncio
+
+    with psycopg.connect(db_url, autocommit=True) as c:
+        _endpoints(c)
+
+    async def go() -> None:
+        async with await psycopg.AsyncConnection.connect(db_url) as c:
+            await outbox.emit_many_async(c, [Event("invoice.paid", p) for p in PAYLOADS])
+            await c.commit()
+
+    asyncio.run(go())
+    assert _routed(db_url) == {k: v for k, v in EXPECTED.items() if v}
