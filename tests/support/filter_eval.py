@@ -5,11 +5,13 @@ Payloads are parsed with exact decimals (``json.loads(text, parse_float=Decimal)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-_ORDER = {"$gt": lambda a, b: a > b, "$gte": lambda a, b: a >= b,
-          "$lt": lambda a, b: a < b, "$lte": lambda a, b: a <= b}
+_ORDER: dict[str, Callable[[Any, Any], bool]] = {
+    "$gt": lambda a, b: bool(a > b), "$gte": lambda a, b: bool(a >= b),
+    "$lt": lambda a, b: bool(a < b), "$lte": lambda a, b: bool(a <= b)}
 
 
 def matches(spec: dict[str, Any], doc: Any) -> bool:
@@ -66,12 +68,12 @@ def _eq(a: Any, b: Any) -> bool:
     k = _kind(a)
     if k != _kind(b) or k == "other":
         return False
-    return _num(a) == _num(b) if k == "number" else bool(a == b)
+    return bool(_num(a) == _num(b)) if k == "number" else bool(a == b)
 
 
 def _op(op: str, arg: Any, found: list[Any]) -> bool:
     if op == "$exists":
-        return bool(found) == arg
+        return bool(found) is bool(arg)
     values = _candidates(found)
     if op in ("$eq", "$neq"):
         hit = any(_eq(v, arg) for v in values)
