@@ -21,8 +21,8 @@ GRANT USAGE ON SCHEMA :"schema" TO :"app_role", :"worker_role";
 -- app
 GRANT INSERT ON :"schema".events, :"schema".deliveries TO :"app_role";
 GRANT SELECT (id, type, tenant, key, idempotency_key) ON :"schema".events TO :"app_role";
-GRANT SELECT (id, tenant, all_tenants, enabled, event_types, ordered) ON :"schema".endpoints
-    TO :"app_role";
+GRANT SELECT (id, tenant, all_tenants, enabled, event_types, ordered, filter_path)
+    ON :"schema".endpoints TO :"app_role";
 GRANT EXECUTE ON FUNCTION :"schema".emit(text, jsonb, text, text, text) TO :"app_role";
 -- the event catalog emit checks payloads against (migrations/0012_event_types.sql)
 GRANT SELECT ON :"schema".event_catalog TO :"app_role";

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,8 @@ class Endpoint:
     signature: str = "hmac"
     public_key: str | None = None
     previous_public_key: str | None = None
+    # Payload filter as registered (outbox.admin.filters); None: every event of its types.
+    filter: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ from outbox.admin._routing import validate_scope
 from outbox.admin._signature_keys import PublicKey, public_keys, signing_key
 from outbox.admin.endpoint_oauth2 import OAuth2Options, oauth2_params
 from outbox.admin.endpoint_options import EndpointCredentials, EndpointOptions
+from outbox.admin.filters import filter_params
 from outbox.errors import EndpointNotFound, InvalidEndpoint, OperationRefused
 from outbox.settings import get_settings
 
@@ -115,6 +116,7 @@ def add(
     credentials: EndpointCredentials | None = None,
     oauth2: OAuth2Options | None = None,
     signature: str = "hmac",
+    filter: Mapping[str, Any] | str | None = None,
 ) -> Created:
     """Register an endpoint. Without ``secret`` one is generated and returned once.
 
@@ -142,6 +144,8 @@ def add(
     ``signature``: ``hmac`` (default) or ``ed25519``: a key pair is generated (or ``secret``
     is its ``whsk_`` secret key), the secret key sealed as a secret is and never returned;
     the ``whpk_`` public key is ``endpoint.public_key`` (docs/guides/signatures.md).
+    ``filter``: a payload filter (a JSON object or its text, :mod:`outbox.admin.filters`):
+    the endpoint receives only the events of its types whose payload matches.
     """
     validate_url(url, allow_brokers=allow_brokers)
     stored_url, url_secret = split_url(url)
@@ -155,6 +159,7 @@ def add(
                         timeout_seconds=timeout_seconds, max_in_flight=max_in_flight),
         **rate_params(rate_limit, rate_burst),
         **auth.credential_params(credentials, _box(box)),
+        **filter_params(filter),
     }
     auth.check_change(conn, "", None, params, url)
     key = signing_key(signature, secret)
@@ -257,6 +262,8 @@ def update(
     credentials: EndpointCredentials | None = None,
     oauth2: OAuth2Options | None = None,
     clear_oauth2: bool = False,
+    filter: Mapping[str, Any] | str | None = None,
+    clear_filter: bool = False,
 ) -> Updated:
     """Change an endpoint in one statement; ``None`` leaves a field as it is.
 
@@ -279,6 +286,8 @@ def update(
     its options alone (``oauth2_scope=""`` removes the scope); ``clear_oauth2`` removes
     OAuth2. Switching between basic/bearer and OAuth2 needs the old one cleared
     (``clear_auth`` / ``clear_oauth2``) in the same update.
+    ``filter`` replaces the payload filter, ``clear_filter`` removes it; either applies to
+    events emitted after the commit.
     """
     eid = parse_id(endpoint_id)
     if clear_rate_limit and (rate_limit is not None or rate_burst is not None):
@@ -302,6 +311,7 @@ def update(
             rate_burst is None or get(conn, eid, schema=schema).rate_limit is not None)),
         "clear_rate_limit": bool(clear_rate_limit),
         **auth.credential_params(credentials, _box(box)),
+        **filter_params(filter, clear_filter),
     }
     oauth, warnings = _update_oauth2(conn, eid, schema, oauth2, clear_oauth2, url=url,
                                      headers=None if headers is None else params["headers"].obj,

@@ -24,6 +24,7 @@ def load_commands() -> None:
         capture,
         dead,
         demo,
+        endpoint_filters,
         endpoint_ops,
         endpoints,
         inbox,

@@ -14,6 +14,7 @@ from outbox.admin import endpoints as ep
 from outbox.admin import flow
 from outbox.admin.endpoint_oauth2 import client_secret
 from outbox.cli.endpoints import endpoint_json, endpoints, parse_headers, print_warnings
+from outbox.cli.filter_params import filter_option, filter_text, read_json_arg
 from outbox.cli.output import cut, echo_json, to_jsonable, when
 from outbox.cli.params import (
     Duration,
@@ -55,6 +56,7 @@ def show(ctx: Context, endpoint_id: str, as_json: bool) -> None:
     for key in ep.public_keys(e):
         until = f" (previous, signs until {when(key.expires_at)})" if key.expires_at else ""
         click.echo(f"public key:   {key.key}{until}")
+    click.echo(f"filter:       {filter_text(e.filter)}")
     click.echo(f"rate limit:   {rate_text(e)}")
     click.echo(f"oauth2:       {oauth2_text(e)}")
     click.echo(f"allowed rate: {flow.describe(state)}")
@@ -82,13 +84,14 @@ def show(ctx: Context, endpoint_id: str, as_json: bool) -> None:
 @oauth2_flags
 @click.option("--no-oauth2", "clear_oauth2", is_flag=True,
               help="Remove OAuth2 (the token URL, client id, secret and scope).")
+@filter_option(update=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the endpoint as JSON.")
 @pass_ctx
 def update(ctx: Context, /, endpoint_id: str, url: str | None, event_types: tuple[str, ...],
            all_event_types: bool, headers: tuple[str, ...], clear_headers: bool,
            description: str | None, ordered: bool | None, rate_limit: float | None,
            rate_burst: int | None, clear_rate_limit: bool, clear_oauth2: bool, as_json: bool,
-           **values: Any) -> None:
+           payload_filter: str | None, clear_filter: bool, **values: Any) -> None:
     """Change an endpoint; options not given keep their value. Validated like `add`,
     including the address check of a new URL (see `outbox endpoints add --help`).
 
@@ -101,6 +104,7 @@ def update(ctx: Context, /, endpoint_id: str, url: str | None, event_types: tupl
       outbox endpoints update 0193... --bearer-token "$NEW_TOKEN"   # rotates it
       outbox endpoints update 0193... --no-auth
       outbox endpoints update 0193... --oauth2-client-secret "$NEW_SECRET"
+      outbox endpoints update 0193... --filter '{"region": "eu"}'
     """
     options = endpoint_options(values)
     credentials = endpoint_credentials(values, parse_headers)
@@ -108,13 +112,16 @@ def update(ctx: Context, /, endpoint_id: str, url: str | None, event_types: tupl
     changes: list[Any] = [url, event_types, all_event_types, headers, clear_headers,
                           description, *options.given().values(), rate_limit, rate_burst,
                           clear_rate_limit, *credentials.model_dump().values(),
-                          *oauth2.given().values(), clear_oauth2]
+                          *oauth2.given().values(), clear_oauth2, payload_filter,
+                          clear_filter]
     if ordered is None and not any(c not in (None, False, ()) for c in changes):
         raise click.UsageError("nothing to update: give at least one option (see --help)")
     if event_types and all_event_types:
         raise click.UsageError("--event-type and --all-event-types contradict each other")
     if clear_rate_limit and (rate_limit is not None or rate_burst is not None):
         raise click.UsageError("--no-rate-limit contradicts --rate-limit and --burst")
+    if clear_filter and payload_filter is not None:
+        raise click.UsageError("--no-filter contradicts --filter")
     parsed = parse_headers(headers)
     with ctx.connect() as conn:
         done = ep.update(
@@ -123,7 +130,8 @@ def update(ctx: Context, /, endpoint_id: str, url: str | None, event_types: tupl
             description=description, options=options, ordered=ordered,
             rate_limit=rate_limit, rate_burst=rate_burst, clear_rate_limit=clear_rate_limit,
             allow_networks=ctx.allow_networks(), credentials=credentials, oauth2=oauth2,
-            clear_oauth2=clear_oauth2,
+            clear_oauth2=clear_oauth2, filter=read_json_arg(payload_filter, "--filter"),
+            clear_filter=clear_filter,
         )
     print_warnings(done.warnings)
     if as_json:
@@ -136,6 +144,7 @@ def update(ctx: Context, /, endpoint_id: str, url: str | None, event_types: tupl
     click.echo(f"  headers:     {headers_text(e)}")
     click.echo(f"  auth:        {auth_text(e)}")
     click.echo(f"  ordered:     {'yes' if e.ordered else 'no'}")
+    click.echo(f"  filter:      {filter_text(e.filter)}")
     click.echo(f"  rate limit:  {rate_text(e)}")
     click.echo(f"  oauth2:      {oauth2_text(e)}")
 

@@ -10,6 +10,7 @@ import click
 
 from outbox.admin import endpoints as ep
 from outbox.admin.endpoint_options import SIGNATURES
+from outbox.cli.filter_params import filter_option, read_json_arg
 from outbox.cli.output import print_table
 from outbox.cli.params import (
     credential_options,
@@ -87,11 +88,12 @@ def endpoints() -> None:
 @delivery_options
 @rate_options
 @oauth2_flags
+@filter_option(update=False)
 @pass_ctx
 def add(ctx: Context, /, url: str, event_types: tuple[str, ...], tenant: str | None,
         all_tenants: bool, secret: str | None, signature: str,
         headers: tuple[str, ...], description: str, ordered: bool, rate_limit: float | None,
-        rate_burst: int | None, **options: Any) -> None:
+        rate_burst: int | None, payload_filter: str | None, **options: Any) -> None:
     """Register URL; print its id and, if generated, its secret (shown only once).
 
     The URL's host is resolved now and refused if any of its addresses is loopback,
@@ -138,6 +140,8 @@ def add(ctx: Context, /, url: str, event_types: tuple[str, ...], tenant: str | N
       outbox endpoints add https://api.example/hooks \\
           --oauth2-token-url https://login.example/oauth2/token \\
           --oauth2-client-id outbox --oauth2-client-secret "$SECRET" --oauth2-scope hooks
+      outbox endpoints add https://example.com/big --event-type invoice.paid \\
+          --filter '{"amount": {"$gte": 1000}, "currency": {"$in": ["EUR", "USD"]}}'
     """
     parsed = parse_headers(headers)
     credentials = endpoint_credentials(options, parse_headers)
@@ -149,7 +153,7 @@ def add(ctx: Context, /, url: str, event_types: tuple[str, ...], tenant: str | N
             headers=parsed, description=description, options=endpoint_options(options),
             ordered=ordered, rate_limit=rate_limit, rate_burst=rate_burst,
             allow_networks=ctx.allow_networks(), credentials=credentials, oauth2=oauth2,
-            signature=signature,
+            signature=signature, filter=read_json_arg(payload_filter, "--filter"),
         )
     print_warnings(created.warnings)
     click.echo(f"id:     {created.endpoint.id}")

@@ -34,6 +34,7 @@ from outbox.web.models import (
     OptionalRotate,
     RotateIn,
     credentials_of,
+    filter_change,
     oauth2_of,
     options_of,
 )
@@ -64,7 +65,7 @@ def create_endpoint(body: EndpointIn, conn: Conn, settings: AppSettings,
         rate_limit=body.rate_limit, rate_burst=body.rate_burst,
         allow_networks=allow_networks(settings),
         box=settings.secret_box(), credentials=credentials_of(body), oauth2=oauth2_of(body),
-        signature=body.signature)
+        signature=body.signature, filter=body.filter)
     response.headers["Cache-Control"] = "no-store"
     return {"endpoint": endpoint_json(created.endpoint), "secret": created.secret,
             "warnings": list(created.warnings)}
@@ -91,7 +92,7 @@ def update_endpoint(endpoint_id: str, body: EndpointPatch, conn: Conn,
         clear_rate_limit=body.clear_rate_limit,
         allow_networks=allow_networks(settings), box=settings.secret_box(),
         credentials=credentials_of(body), oauth2=oauth2_of(body),
-        clear_oauth2=body.clear_oauth2)
+        clear_oauth2=body.clear_oauth2, **filter_change(body))
     return {"endpoint": endpoint_json(done.endpoint), "warnings": list(done.warnings)}
 
 

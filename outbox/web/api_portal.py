@@ -48,6 +48,7 @@ from outbox.web.models import (
     RotateIn,
     TypeName,
     credentials_of,
+    filter_change,
     oauth2_of,
 )
 
@@ -80,7 +81,7 @@ def create_endpoint(body: PortalEndpointIn, tenant: Tenant, conn: Conn,
                      description=body.description, allow_networks=portal_allow_networks(settings),
                      box=settings.secret_box(), allow_brokers=False,
                      credentials=credentials_of(body), oauth2=oauth2_of(body),
-                     signature=body.signature)
+                     signature=body.signature, filter=body.filter)
     response.headers["Cache-Control"] = "no-store"
     return {"endpoint": endpoint_json(created.endpoint), "secret": created.secret,
             "warnings": list(created.warnings)}
@@ -118,7 +119,8 @@ def update_endpoint(endpoint_id: str, body: PortalEndpointPatch, tenant: Tenant,
                      clear_headers=body.clear_headers, description=body.description,
                      allow_networks=portal_allow_networks(settings), allow_brokers=False,
                      box=settings.secret_box(), credentials=credentials_of(body),
-                     oauth2=oauth2_of(body), clear_oauth2=body.clear_oauth2)
+                     oauth2=oauth2_of(body), clear_oauth2=body.clear_oauth2,
+                     **filter_change(body))
     return {"endpoint": endpoint_json(done.endpoint), "warnings": list(done.warnings)}
 
 

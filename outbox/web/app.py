@@ -25,6 +25,7 @@ from outbox.errors import OutboxError
 from outbox.settings import Settings
 from outbox.web import (
     api_endpoints,
+    api_filters,
     api_keys,
     api_ops,
     api_portal,
@@ -210,9 +211,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     operator = [Depends(auth.require_operator), Depends(auth.verify_csrf)]
     api.include_router(api_endpoints.router, dependencies=operator)
     api.include_router(api_keys.router)  # public keys only, for receivers: no credentials
+    api.include_router(api_filters.router, dependencies=operator)
     api.include_router(api_ops.router, dependencies=operator)
     api.include_router(api_types.router, dependencies=operator)
     api.include_router(api_portal.router,
+                       dependencies=[Depends(auth.require_portal), Depends(auth.verify_csrf)])
+    api.include_router(api_filters.portal_router,
                        dependencies=[Depends(auth.require_portal), Depends(auth.verify_csrf)])
     app.include_router(api)
     app.include_router(_health_router())

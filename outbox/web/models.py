@@ -42,6 +42,10 @@ WHEN: dict[str, Any] = {
     "description": "a time ago (90s, 30m, 2h, 7d) or an ISO 8601 time after 1970"}
 
 
+FILTER_HELP = ("Payload filter: deliver only events whose payload matches (docs: "
+               "guides/filters.md), e.g. {\"amount\": {\"$gte\": 100}}")
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -60,6 +64,7 @@ class PortalEndpointIn(EndpointCredentials, OAuth2Fields):
     # hmac: v1 signatures, a whsec_ secret; ed25519: v1a, a key pair (the public key is
     # in the answer, the secret key never: docs/guides/signatures.md)
     signature: Signature = "hmac"
+    filter: dict[str, Any] | None = Field(default=None, description=FILTER_HELP)
 
 
 def options_of(body: BaseModel) -> EndpointOptions:
@@ -105,6 +110,15 @@ class PortalEndpointPatch(CredentialChanges, OAuth2Fields):
     rate_limit: float | None = Field(default=None, gt=0, le=1_000_000, allow_inf_nan=False)
     clear_rate_limit: bool = False
     clear_oauth2: bool = False
+    # absent: kept; null: removed (filter_change)
+    filter: dict[str, Any] | None = Field(default=None, description=FILTER_HELP)
+
+
+def filter_change(body: PortalEndpointPatch) -> dict[str, Any]:
+    """``update``'s filter arguments of a PATCH body: absent keeps, null removes."""
+    if "filter" not in body.model_fields_set:
+        return {}
+    return {"filter": body.filter} if body.filter is not None else {"clear_filter": True}
 
 
 class EndpointPatch(PortalEndpointPatch, EndpointOptions):

@@ -11,6 +11,7 @@ once, on a page that no cache may keep; no other page shows a secret.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 from typing import Annotated, Any
 from urllib.parse import urlencode
@@ -149,7 +150,8 @@ def add(request: Request, page: Page, _: Posted, conn: Conn, oauth2: OAuth2Form,
         url: Annotated[str, Form()] = "", description: Annotated[str, Form()] = "",
         event_types: Annotated[str, Form()] = "",
         operational: Annotated[str, Form()] = "",
-        signature: Annotated[str, Form()] = "hmac") -> Response:
+        signature: Annotated[str, Form()] = "hmac",
+        payload_filter: Annotated[str, Form()] = "") -> Response:
     """Register an endpoint of the tenant; its generated secret is shown once (an ed25519
     one: its public key)."""
     settings = auth.web_settings(request)
@@ -160,10 +162,12 @@ def add(request: Request, page: Page, _: Posted, conn: Conn, oauth2: OAuth2Form,
                          description=description.strip()[:500],
                          event_types=_types(event_types, operational),
                          allow_networks=portal_allow_networks(settings), box=settings.secret_box(),
-                         allow_brokers=False, oauth2=_oauth2(oauth2), signature=signature)
+                         allow_brokers=False, oauth2=_oauth2(oauth2), signature=signature,
+                         filter=payload_filter.strip() or None)
     except BAD_INPUT as exc:
         form = {"url": url, "description": description, "event_types": event_types,
-                "operational": operational, "signature": signature, **_shown(oauth2)}
+                "operational": operational, "signature": signature,
+                "payload_filter": payload_filter, **_shown(oauth2)}
         return _home(request, page, conn, error=str(exc), form=form, status=400)
     return render(request, "portal_secret.html", {
         **page, "page": "endpoints", "endpoint": created.endpoint, "secret": created.secret,
@@ -190,7 +194,9 @@ def _form_of(endpoint: ep.Endpoint) -> dict[str, str]:
             "operational": "on" if OPERATIONAL in types else "",
             "oauth2_token_url": endpoint.oauth2_token_url or "",
             "oauth2_client_id": endpoint.oauth2_client_id or "",
-            "oauth2_scope": endpoint.oauth2_scope or ""}
+            "oauth2_scope": endpoint.oauth2_scope or "",
+            "payload_filter": json.dumps(endpoint.filter, ensure_ascii=False)
+            if endpoint.filter else ""}
 
 
 @router.post("/endpoints/{endpoint_id}", response_class=HTMLResponse,
@@ -199,8 +205,10 @@ def save(request: Request, endpoint_id: str, page: Page, _: Posted, conn: Conn,
          oauth2: OAuth2Form,
          url: Annotated[str, Form()] = "", description: Annotated[str, Form()] = "",
          event_types: Annotated[str, Form()] = "",
-         operational: Annotated[str, Form()] = "") -> Response:
-    """Change the URL, description, event types and OAuth2 (nothing changes on a refusal)."""
+         operational: Annotated[str, Form()] = "",
+         payload_filter: Annotated[str, Form()] = "") -> Response:
+    """Change the URL, description, event types, OAuth2 and payload filter (empty: none);
+    nothing changes on a refusal."""
     settings = auth.web_settings(request)
     try:
         endpoint = _owned(conn, request, page["tenant"], endpoint_id)
@@ -214,10 +222,13 @@ def save(request: Request, endpoint_id: str, page: Page, _: Posted, conn: Conn,
                   description=description.strip()[:500], event_types=types,
                   all_event_types=types is None, allow_networks=portal_allow_networks(settings),
                   allow_brokers=False, box=settings.secret_box(), clear_oauth2=clear,
-                  oauth2=None if clear else _oauth2(oauth2, endpoint.oauth2_token_url is not None))
+                  oauth2=None if clear else _oauth2(oauth2, endpoint.oauth2_token_url is not None),
+                  filter=payload_filter.strip() or None,
+                  clear_filter=not payload_filter.strip())
     except BAD_INPUT as exc:
         form = {"url": url, "description": description, "event_types": event_types,
-                "operational": operational, **_shown(oauth2)}
+                "operational": operational, "payload_filter": payload_filter,
+                **_shown(oauth2)}
         return render(request, "portal_edit.html", {
             **page, "page": "endpoints", "e": endpoint, "form": form, "error": str(exc),
             "offered": _offered(conn, request, page["tenant"])}, status_code=400)

@@ -69,6 +69,27 @@ def test_app_role_can_emit_but_not_read_secrets_or_claim(
     assert states(db_url) == {"pending": 4}
 
 
+def test_app_role_emits_through_payload_filters(db_url: str, roles: tuple[str, str]) -> None:
+    """Every emit path evaluates filters with the app role's grants (it reads
+    endpoints.filter_path, never events.payload: the payload comes from the statement)."""
+    app, _worker = roles
+    add_endpoint(db_url, "http://127.0.0.1:9/big", filter={"n": {"$gte": 2}})
+    with psycopg.connect(_as(db_url, app)) as c:
+        outbox.emit(c, Event("x", {"n": 1}))
+        outbox.emit(c, Event("x", {"n": 2}))
+        outbox.emit(c, Event("x", {"n": 3}, idempotency_key="k3"))
+        outbox.emit_many(c, [Event("x", {"n": i}) for i in (0, 4)])  # COPY refused: INSERT
+        outbox.emit_many(c, [Event("x", {"n": i}, idempotency_key=f"m{i}") for i in (1, 5)])
+        c.execute("SELECT outbox.emit('x', '{\"n\": 6}')")
+        c.commit()
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            c.execute(b"SELECT filter FROM outbox.endpoints")
+    with psycopg.connect(db_url) as c:
+        got = c.execute("SELECT (e.payload->>'n')::int FROM outbox.deliveries d"
+                        " JOIN outbox.events e ON e.id = d.event_id ORDER BY 1").fetchall()
+    assert [n for (n,) in got] == [2, 3, 4, 5, 6]
+
+
 def test_worker_role_can_deliver(db_url: str, roles: tuple[str, str]) -> None:
     from outbox.testing.receiver import Receiver
 

@@ -1,6 +1,7 @@
 """The SQL function outbox.emit and the Python emit write the same deliveries: random
-endpoints (tenants, all-tenants, disabled, ordered, exact and wildcard filters) and random
-events (types, tenants, keys), each event emitted by emit, emit_many and the SQL function."""
+endpoints (tenants, all-tenants, disabled, ordered, exact and wildcard filters, payload
+filters) and random events (types, tenants, keys, payloads), each event emitted by emit,
+emit_many and the SQL function."""
 
 from __future__ import annotations
 
@@ -10,14 +11,21 @@ from typing import Any
 import psycopg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from psycopg.types.json import Jsonb
 
 import outbox
 from outbox import Event, InvalidEvent
 from outbox._emit.event import prepare
+from outbox.admin.filters import compile_filter
 
 TYPES = ["a", "ab", "a.b", "a.b.c", "b", "b.a"]
 FILTERS = ["a", "a.b", "b", "a.*", "a.b.*", "b.*", "ab"]
 TENANTS = [None, "t1", "t2"]
+PAYLOAD_FILTERS = [{"n": 1}, {"n": {"$gte": 1}}, {"tag": {"$in": ["x", "y"]}},
+                   {"$or": [{"n": {"$lt": 1}}, {"tag": {"$exists": False}}]},
+                   {"tag": {"$nin": ["x"]}, "n": {"$neq": 2}}]
+PAYLOADS = [{}, {"n": 1}, {"n": 2, "tag": "x"}, {"n": 0, "tag": ["y", "z"]}, {"n": "1"},
+            {"tag": "y"}, [1]]
 
 endpoints = st.lists(st.fixed_dictionaries({
     "tenant": st.sampled_from(TENANTS),
@@ -26,9 +34,11 @@ endpoints = st.lists(st.fixed_dictionaries({
     "ordered": st.booleans(),
     "event_types": st.none() | st.lists(st.sampled_from(FILTERS), min_size=1, max_size=3,
                                         unique=True),
+    "filter": st.none() | st.sampled_from(PAYLOAD_FILTERS),
 }), max_size=6)
 events = st.lists(st.tuples(st.sampled_from(TYPES), st.sampled_from(TENANTS),
-                            st.sampled_from([None, "k1", "k2"])), min_size=1, max_size=6)
+                            st.sampled_from([None, "k1", "k2"]), st.sampled_from(PAYLOADS)),
+                  min_size=1, max_size=6)
 
 Deliveries = list[tuple[uuid.UUID, str | None, str]]
 
@@ -41,10 +51,13 @@ def _deliveries(c: psycopg.Connection[Any], event_id: uuid.UUID) -> Deliveries:
 
 def _add(c: psycopg.Connection[Any], spec: dict[str, Any]) -> None:
     all_tenants = spec["all_tenants"] and spec["tenant"] is None
+    compiled = None if spec["filter"] is None else compile_filter(spec["filter"])
     c.execute("INSERT INTO outbox.endpoints (id, url, secret, tenant, all_tenants, enabled,"
-              " ordered, event_types) VALUES (%s, 'https://example.com/h', 's', %s, %s, %s,"
-              " %s, %s)", (uuid.uuid4(), spec["tenant"], all_tenants, spec["enabled"],
-                           spec["ordered"], spec["event_types"]))
+              " ordered, event_types, filter, filter_path) VALUES (%s,"
+              " 'https://example.com/h', 's', %s, %s, %s, %s, %s, %s, %s::jsonpath)",
+              (uuid.uuid4(), spec["tenant"], all_tenants, spec["enabled"], spec["ordered"],
+               spec["event_types"], compiled and Jsonb(compiled.filter),
+               compiled and compiled.path))
 
 
 @settings(max_examples=80, deadline=None,
@@ -52,16 +65,16 @@ def _add(c: psycopg.Connection[Any], spec: dict[str, Any]) -> None:
 @given(endpoints=endpoints, events=events)
 def test_sql_and_python_emit_write_the_same_deliveries(
         db_url: str, endpoints: list[dict[str, Any]],
-        events: list[tuple[str, str | None, str | None]]) -> None:
+        events: list[tuple[str, str | None, str | None, Any]]) -> None:
     with psycopg.connect(db_url) as c:
         for spec in endpoints:
             _add(c, spec)
-        batch = outbox.emit_many(c, [Event(t, {"n": i}, key=k, tenant=tn)
-                                     for i, (t, tn, k) in enumerate(events)])
-        for (t, tn, k), many_id in zip(events, batch, strict=True):
-            one_id = outbox.emit(c, Event(t, {}, key=k, tenant=tn))
-            row = c.execute("SELECT outbox.emit(%s, '{}', key => %s, tenant => %s)",
-                            (t, k, tn)).fetchone()
+        batch = outbox.emit_many(c, [Event(t, p, key=k, tenant=tn)
+                                     for t, tn, k, p in events])
+        for (t, tn, k, p), many_id in zip(events, batch, strict=True):
+            one_id = outbox.emit(c, Event(t, p, key=k, tenant=tn))
+            row = c.execute("SELECT outbox.emit(%s, %s, key => %s, tenant => %s)",
+                            (t, Jsonb(p), k, tn)).fetchone()
             assert row is not None
             sql_id = row[0]
             expected = [(e, k_, s) for e, k_, s in _deliveries(c, one_id)]

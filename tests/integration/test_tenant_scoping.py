@@ -204,6 +204,8 @@ EXEMPT = {
     "secrets generate-key": "no database",
     "secrets reencrypt": "re-seals every endpoint's secret under the current key: all or none",
     "endpoints show": "takes one endpoint id: the id is the scope",
+    "endpoints test-filter": "takes one endpoint id: the id is the scope; reads only (the"
+                             " portal's route is the tenant-scoped one)",
     "endpoints update": "takes one endpoint id: the id is the scope",
     "endpoints disable": "takes one endpoint id",
     "endpoints enable": "takes one endpoint id",

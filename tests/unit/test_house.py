@@ -51,6 +51,11 @@ PUBLIC: dict[str, set[str]] = {
         "list_all", "parse_id", "public_keys", "rotate_secret", "set_enabled",
         "signing_secrets", "update", "validate_headers", "validate_text", "validate_url",
     },
+    "outbox.admin.filters": {
+        "COMPARISONS", "FILTER_MAX_BYTES", "FILTER_MAX_CONDITIONS", "FILTER_MAX_DEPTH",
+        "IN_MAX_VALUES", "OPERATORS", "PATH_MAX_SEGMENTS", "SEGMENT_MAX_CHARS", "Compiled",
+        "FilterTest", "compile_filter", "filter_params", "try_filter",
+    },
     "outbox.admin.deadletter": {
         "Attempt", "DeadCursor", "DeadDelivery", "DeadPage", "DeliveryDetail", "Selection",
         "SkipResult", "each_dead", "list_dead", "parse_delivery_id", "show", "skip",

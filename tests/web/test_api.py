@@ -27,6 +27,9 @@ COVERED = {
     ("POST", "/api/endpoints/{endpoint_id}/disable"),
     ("POST", "/api/endpoints/{endpoint_id}/rotate-secret"),
     ("POST", "/api/endpoints/{endpoint_id}/ping"), ("GET", "/api/events"),
+    # test-filter: tests/web/test_filters_api.py
+    ("POST", "/api/endpoints/{endpoint_id}/test-filter"),
+    ("POST", "/api/portal/endpoints/{endpoint_id}/test-filter"),
     ("GET", "/api/events/{event_id}"), ("GET", "/api/dead"), ("POST", "/api/dead/replay"),
     ("POST", "/api/dead/skip"), ("POST", "/api/portal/skip"), ("POST", "/api/portal-links"),
     ("GET", "/api/stats"), ("GET", "/api/portal/endpoints"), ("POST", "/api/portal/endpoints"),

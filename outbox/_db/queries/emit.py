@@ -15,14 +15,15 @@ from __future__ import annotations
 # ``q``: how tables are qualified: "{schema}." here, "" in the SQL function outbox.emit
 # (its search_path is pinned to its schema).
 def _scope(t: str, q: str = "{schema}.") -> str:
+    cols = "p.id, p.event_types, p.ordered, p.filter_path"
     return f"""(
-            SELECT p.id, p.event_types, p.ordered FROM {q}endpoints p
+            SELECT {cols} FROM {q}endpoints p
              WHERE p.tenant = {t} AND p.enabled
             UNION ALL
-            SELECT p.id, p.event_types, p.ordered FROM {q}endpoints p
+            SELECT {cols} FROM {q}endpoints p
              WHERE {t} IS NULL AND p.tenant IS NULL AND p.enabled AND NOT p.all_tenants
             UNION ALL
-            SELECT p.id, p.event_types, p.ordered FROM {q}endpoints p
+            SELECT {cols} FROM {q}endpoints p
              WHERE p.all_tenants AND p.enabled)"""
 
 
@@ -36,6 +37,37 @@ def _takes(types: str, t: str, pct: str = "%%") -> str:
                     WHERE f LIKE '{pct}.*' AND starts_with({t}, left(f, -1))))"""
 
 
+# Payload filters (outbox.admin.filters, docs/guides/filters.md): an endpoint's filter is
+# compiled at registration into a jsonpath predicate (endpoints.filter_path; NULL: no
+# filter) and evaluated here, on the event's payload as jsonb (``doc``), so a filtered-out
+# endpoint gets no delivery row at all. Evaluated only for an endpoint already in scope
+# whose type filter takes the event (the CASE fixes that order: the planner may reorder
+# ANDed quals), so endpoints of other tenants or types cost nothing, and the payload is
+# parsed only then. The payload comes from the statement's own input, never RETURNING
+# from events: the app role may not read events.payload (migrations/roles.sql).
+# jsonb cannot hold a NUL character: a payload whose json text has the escape \u0000 (an
+# even number of backslashes before it) is NULL here and matches no filter, rather than
+# failing the emit.
+def _doc(payload: str) -> str:
+    """The json (or text) ``payload`` as jsonb, NULL if it holds a NUL."""
+    text = f"{payload}::text"
+    return (f"CASE WHEN strpos({text}, '\\u0000') = 0"
+            f" OR {text} !~ '(^|[^\\\\])(\\\\\\\\)*\\\\u0000' THEN {payload}::jsonb END")
+
+
+def _passes(doc: str) -> str:
+    return f"CASE WHEN ep.filter_path IS NULL THEN true ELSE {doc} @@ ep.filter_path END"
+
+
+# The same evaluation for `outbox endpoints test-filter` (outbox.admin.filters).
+payload_doc = _doc
+filter_passes = _passes
+
+
+def _routed(types: str, t: str, doc: str, pct: str = "%%") -> str:
+    return f"CASE WHEN {_takes(types, t, pct)} THEN {_passes(doc)} ELSE false END"
+
+
 # Ordered endpoints (migrations/0005_ordered.sql has the design): a delivery of
 # an event with a key to an ordered endpoint carries the key and starts 'fresh' (not
 # claimable: a worker makes it its key's head or puts it behind the head); every other
@@ -47,17 +79,30 @@ _KEY = "CASE WHEN ep.ordered THEN ins.key END"
 _STATE = "CASE WHEN ep.ordered AND ins.key IS NOT NULL THEN 'fresh' ELSE 'pending' END"
 
 # Fan-out of the event rows ``ins(id, type, tenant, key)``, in the same statement as they
-# are inserted: one delivery per endpoint in scope whose filter takes the type.
-def _fan_out(q: str = "{schema}.", pct: str = "%%") -> str:
+# are inserted: one delivery per endpoint in scope whose type filter takes the type and
+# whose payload filter takes ``doc`` (the event's payload as jsonb, from ``source``).
+def _fan_out(doc: str, q: str = "{schema}.", pct: str = "%%", source: str = "ins") -> str:
     return f"""
     INSERT INTO {q}deliveries (event_id, endpoint_id, key, state)
     SELECT ins.id, ep.id, {_KEY}, {_STATE}
-      FROM ins CROSS JOIN LATERAL {_scope("ins.tenant", q)} ep
-     WHERE {_takes("ep.event_types", "ins.type", pct)}
+      FROM {source} CROSS JOIN LATERAL {_scope("ins.tenant", q)} ep
+     WHERE {_routed("ep.event_types", "ins.type", doc, pct)}
 """
 
 
-_FAN_OUT = _fan_out()
+# One event: its values in ``v`` (positional parameters, in the order of the columns),
+# which the event's INSERT and the fan-out (the payload) both read.
+_ONE_VALUES = """
+WITH v AS (
+    SELECT %s::uuid AS id, %s::text AS type, %s::json AS payload, %s::text AS key,
+           %s::text AS traceparent, %s::text AS tenant),
+ins AS (
+    INSERT INTO {schema}.events (id, type, payload, key, idempotency_key, traceparent, tenant)
+    SELECT id, type, payload, key, NULL, traceparent, tenant FROM v
+    RETURNING id, type, tenant, key)"""
+_FAN_OUT = _fan_out(_doc("v.payload"), source="ins CROSS JOIN v")
+# With named parameters (the idempotent emit): the payload is the parameter itself.
+_FAN_OUT_NAMED = _fan_out(_doc("%(payload)s::json"))
 
 # The same for a batch: the rule runs once per distinct (tenant, type) of the batch, not per
 # event (1,000 events over 100 tenants: 100 lookups), then joins back to the events.
@@ -65,35 +110,41 @@ _FAN_OUT = _fan_out()
 # Rows go in event order (ids are UUIDv7, made in input order): see _KEY above.
 # ``source`` names the event rows (a CTE); ``catch_all=False`` leaves out endpoints whose
 # filter is every type (NULL): operational events (outbox._db.queries.opevents) reach only
-# endpoints that name them (``outbox.*`` or an exact type).
-def fan_out_grouped(source: str, *, catch_all: bool = True) -> str:
+# endpoints that name them (``outbox.*`` or an exact type), and payload filters do not
+# apply to them (``source`` has no payload column then): the filter of an endpoint that
+# names operational events is for its application events.
+# Application events: the payload filter runs per event, after the join (each event's
+# payload), only for the endpoints the (tenant, type) lookup kept.
+# ``payloads``: (a join to ``source`` giving each event's payload, the payload as jsonb),
+# required with ``catch_all`` (application events).
+def fan_out_grouped(source: str, *, catch_all: bool = True,
+                    payloads: tuple[str, str] | None = None) -> str:
     takes = _takes("ep.event_types", "k.type")
-    if not catch_all:
+    join, passes = "", "true"
+    if catch_all:
+        assert payloads is not None, "application events are routed by their payload too"
+        join, passes = payloads[0], _passes(payloads[1])
+    else:
         takes = f"(ep.event_types IS NOT NULL AND {takes})"
     return f"""
     INSERT INTO {{schema}}.deliveries (event_id, endpoint_id, key, state)
     SELECT ins.id, ep.id, {_KEY}, {_STATE}
-      FROM {source} ins JOIN (
-            SELECT k.tenant, k.type, ep.id, ep.ordered
+      FROM {source} ins {join} JOIN (
+            SELECT k.tenant, k.type, ep.id, ep.ordered, ep.filter_path
               FROM (SELECT DISTINCT tenant, type FROM {source}) k
              CROSS JOIN LATERAL {_scope("k.tenant")} ep
              WHERE {takes}) ep
         ON COALESCE(ep.tenant, '') = COALESCE(ins.tenant, '') AND ep.type = ins.type
+     WHERE {passes}
      ORDER BY ins.id
 """
 
 
-_FAN_OUT_GROUPED = fan_out_grouped("ins")
+# The batch's payloads: from ``input`` (emit_many's parameters), joined by event id.
+_FAN_OUT_GROUPED = fan_out_grouped(
+    "ins", payloads=("JOIN input pin ON pin.id = ins.id", _doc("pin.payload")))
 
-EMIT_ONE = (
-    """
-WITH ins AS (
-    INSERT INTO {schema}.events (id, type, payload, key, idempotency_key, traceparent, tenant)
-    VALUES (%s, %s, %s::json, %s, NULL, %s, %s)
-    RETURNING id, type, tenant, key)
-"""
-    + _FAN_OUT
-)
+EMIT_ONE = _ONE_VALUES + "\n" + _FAN_OUT
 
 # The wake-up (OUTBOX_WAKEUP=notify) folds into these two statements as a CTE ``wake``
 # that must run although nothing reads its rows: a CTE nothing reads never runs, and the
@@ -119,7 +170,7 @@ WITH ins AS (
             %(tenant)s)
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, type, tenant, key),
-""" + _wake_ctes(_FAN_OUT, wake) + """
+""" + _wake_ctes(_FAN_OUT_NAMED, wake) + """
 SELECT id FROM ins""" + _wake_guard(wake) + """
 UNION ALL
 SELECT id FROM {schema}.events
@@ -157,8 +208,11 @@ SELECT COALESCE(ins.id, old.id) AS id
 COPY_EVENTS = """
 COPY {schema}.events (id, type, payload, key, traceparent, tenant) FROM STDIN (FORMAT BINARY)
 """
+# ``filtered``: the endpoint has a payload filter; such a batch is not copied but written
+# by EMIT_MANY (outbox._emit.drivers.psycopg), whose fan-out evaluates it per event.
 ROUTES = f"""
-SELECT k.tenant, k.type, ep.id AS endpoint_id, ep.ordered
+SELECT k.tenant, k.type, ep.id AS endpoint_id, ep.ordered,
+       ep.filter_path IS NOT NULL AS filtered
   FROM unnest(%(tenants)s::text[], %(types)s::text[]) AS k(tenant, type)
  CROSS JOIN LATERAL {_scope("k.tenant")} ep
  WHERE {_takes("ep.event_types", "k.type")}
@@ -216,11 +270,7 @@ WAKE = (f"SELECT pg_notify({WAKE_CHANNEL}, '')"
 # The emit statements with the wake-up folded in (OUTBOX_WAKEUP=notify): no extra round
 # trip; the test runs only if the statement wrote a delivery.
 EMIT_ONE_WAKE = (
-    """
-WITH ins AS (
-    INSERT INTO {schema}.events (id, type, payload, key, idempotency_key, traceparent, tenant)
-    VALUES (%s, %s, %s::json, %s, NULL, %s, %s)
-    RETURNING id, type, tenant, key),
+    _ONE_VALUES + """,
 fan AS (""" + _FAN_OUT + " RETURNING 1)" + _WAKE_IF_IDLE
 )
 EMIT_ONE_IDEMPOTENT = _emit_one_idempotent(wake=False)
@@ -246,6 +296,6 @@ SQL_EMIT_STATEMENT = """WITH ins AS (
     VALUES (v_id, emit.type, v_payload::json, emit.key, v_ikey, NULL, emit.tenant)
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, type, tenant, key),
-fan AS (""" + _fan_out("", "%") + """ RETURNING 1),
+fan AS (""" + _fan_out("emit.payload", "", "%") + """ RETURNING 1),
 wake AS (""" + _wake_if_idle(_FN_SCHEMA_NAME) + """)
 SELECT id FROM ins WHERE (SELECT count(*) FROM wake) >= 0"""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from outbox._db.queries.emit import filter_passes, payload_doc
 from outbox._db.queries.opevents import OP_EMIT, OP_WAKE
 
 # --- endpoints --------------------------------------------------------------------------
@@ -14,7 +15,7 @@ ENDPOINT_COLUMNS = """
     oauth2_token_url, oauth2_client_id, oauth2_scope,
     signature, public_key,
     CASE WHEN previous_secret_expires_at > now() THEN previous_public_key END
-        AS previous_public_key
+        AS previous_public_key, filter
 """
 
 ENDPOINT_INSERT = (
@@ -26,7 +27,7 @@ INSERT INTO {schema}.endpoints
      secret_header_values, secret_headers, auth_kind, auth_secret,
      tls_client_cert, tls_client_key, tls_client_cert_subject, tls_client_cert_expires_at,
      oauth2_token_url, oauth2_client_id, oauth2_client_secret, oauth2_scope,
-     signature, public_key)
+     signature, public_key, filter, filter_path)
 VALUES (%(id)s, %(url)s, %(description)s, %(tenant)s, %(all_tenants)s, %(secret)s,
         %(event_types)s, %(headers)s,
         %(max_attempts)s, %(retry_base_seconds)s, %(retry_cap_seconds)s,
@@ -38,7 +39,7 @@ VALUES (%(id)s, %(url)s, %(description)s, %(tenant)s, %(all_tenants)s, %(secret)
         %(tls_client_cert_subject)s, %(tls_client_cert_expires_at)s,
         %(oauth2_token_url)s, %(oauth2_client_id)s, %(oauth2_client_secret)s,
         NULLIF(%(oauth2_scope)s::text, ''),
-        %(signature)s, %(public_key)s)
+        %(signature)s, %(public_key)s, %(filter)s, %(filter_path)s::jsonpath)
 RETURNING"""
     + ENDPOINT_COLUMNS
 )
@@ -143,6 +144,9 @@ UPDATE {schema}.endpoints
        oauth2_scope = CASE WHEN %(oauth2_clear)s THEN NULL
                            WHEN %(oauth2_scope)s::text IS NULL THEN oauth2_scope
                            ELSE NULLIF(%(oauth2_scope)s::text, '') END,
+       filter = CASE WHEN %(set_filter)s THEN %(filter)s::jsonb ELSE filter END,
+       filter_path = CASE WHEN %(set_filter)s THEN %(filter_path)s::jsonpath
+                          ELSE filter_path END,
        updated_at = now()
  WHERE id = %(id)s
 RETURNING"""
@@ -236,3 +240,14 @@ SELECT e.id AS endpoint_id, least(e.rate_limit, e.tenant_rate_limit) AS rate_lim
                        * EXTRACT(EPOCH FROM now() - f.decreased_at)::float8 END AS adaptive) a
 """
 FLOW_STATES = _FLOW_COLUMNS + " WHERE e.id = ANY (%s::uuid[])"
+
+# Whether a sample payload %(doc)s (json text) matches the endpoint's stored filter, with
+# the routing's own expression (outbox._db.queries.emit), and whether each of %(paths)s
+# (the filter's top-level conditions, compiled from the stored filter) holds.
+ENDPOINT_TEST_FILTER = f"""
+SELECT COALESCE({filter_passes(payload_doc("d.doc"))}, false),
+       ARRAY(SELECT COALESCE({payload_doc("d.doc")} @@ u.p::jsonpath, false)
+               FROM unnest(%(paths)s::text[]) WITH ORDINALITY AS u(p, n) ORDER BY u.n)
+  FROM {{schema}}.endpoints ep, (SELECT %(doc)s::json AS doc) d
+ WHERE ep.id = %(id)s
+"""

@@ -3,7 +3,10 @@ caller's connection, in the caller's transaction, through cursors with outbox's 
 factories (the caller's ``row_factory`` never matters). ``emit_many`` without idempotency
 keys writes by binary COPY: the events, then one delivery per routed endpoint, routed by
 one query over the batch's distinct (tenant, type) pairs (the rule of the INSERT
-statement, in SQL). The guarantees are :mod:`outbox._emit.api`'s."""
+statement, in SQL); a batch routed to an endpoint with a payload filter is written by the
+INSERT statement instead (its fan-out evaluates the filter on each event's payload in SQL,
+the one evaluator; nothing was written before that choice). The guarantees are
+:mod:`outbox._emit.api`'s."""
 
 from __future__ import annotations
 
@@ -81,6 +84,7 @@ class _Route:
     type: str
     endpoint_id: uuid.UUID
     ordered: bool
+    filtered: bool  # a payload filter: the batch goes by the INSERT statement
 
 
 _ROUTE_ROW = class_row(_Route)
@@ -111,9 +115,13 @@ def _deliveries(batch: Batch, routes: Sequence[_Route]
                 "fresh" if ordered else "pending")
 
 
-def _copy_many(conn: psycopg.Connection[Any], batch: Batch, schema: str) -> list[uuid.UUID]:
+def _copy_many(conn: psycopg.Connection[Any], batch: Batch, schema: str
+               ) -> list[uuid.UUID] | None:
+    """The batch by COPY; None (nothing written) if an endpoint routed has a filter."""
     with conn.cursor(row_factory=_ROUTE_ROW) as cur:
         routes = cur.execute(render(queries.ROUTES, schema), _routes_params(batch)).fetchall()
+        if any(r.filtered for r in routes):
+            return None
         with cur.copy(render(queries.COPY_EVENTS, schema)) as copy:
             copy.set_types(_EVENT_COPY_TYPES)
             for row in _event_rows(batch):
@@ -128,10 +136,12 @@ def _copy_many(conn: psycopg.Connection[Any], batch: Batch, schema: str) -> list
 
 
 async def _copy_many_async(conn: psycopg.AsyncConnection[Any], batch: Batch, schema: str
-                           ) -> list[uuid.UUID]:
+                           ) -> list[uuid.UUID] | None:
     async with conn.cursor(row_factory=_ROUTE_ROW) as cur:
         await cur.execute(render(queries.ROUTES, schema), _routes_params(batch))
         routes = await cur.fetchall()
+        if any(r.filtered for r in routes):
+            return None
         async with cur.copy(render(queries.COPY_EVENTS, schema)) as copy:
             copy.set_types(_EVENT_COPY_TYPES)
             for row in _event_rows(batch):
@@ -216,7 +226,9 @@ def emit_many(conn: psycopg.Connection[Any], events: Iterable[Event], s: Setting
     _check_transaction(conn)
     if _copyable(batch):
         with translated():
-            return _copy_many(conn, batch, sch)
+            copied = _copy_many(conn, batch, sch)
+        if copied is not None:
+            return copied
     with translated(), conn.cursor(row_factory=scalar_row) as cur:
         ids: list[uuid.UUID | None] = cur.execute(batch.query, batch.params).fetchall()
         missing = missing_keys(batch, ids)
@@ -255,7 +267,9 @@ async def emit_many_async(conn: psycopg.AsyncConnection[Any], events: Iterable[E
     _check_transaction(conn)
     if _copyable(batch):
         with translated():
-            return await _copy_many_async(conn, batch, sch)
+            copied = await _copy_many_async(conn, batch, sch)
+        if copied is not None:
+            return copied
     with translated():
         async with conn.cursor(row_factory=scalar_row) as cur:
             await cur.execute(batch.query, batch.params)
