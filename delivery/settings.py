@@ -55,6 +55,12 @@ class WorkerSettings(Settings):
     retention_seconds: float = Field(default=7 * 86400.0, ge=0)
     prune_interval_seconds: float = Field(default=600.0, gt=0)
     prune_batch_size: int = Field(default=1000, ge=1)
+    # Dead deliveries are kept this long for replay (they block their partition's drop
+    # until then); 0: kept until replayed, skipped or pruned with `outbox prune --dead-too`.
+    dead_retention_seconds: float = Field(default=14 * 86400.0, ge=0)
+    # The width of one partition of the delivery history (migrations/0018): the worker
+    # opens the next one every this many seconds and drops the expired ones.
+    partition_seconds: float = Field(default=86400.0, ge=10)
     metrics_port: int = Field(default=9464, ge=0, le=65535)  # 0: no metrics/health server
     metrics_host: str = "0.0.0.0"
     log_format: Literal["json", "text"] = "json"

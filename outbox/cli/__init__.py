@@ -28,6 +28,7 @@ def load_commands() -> None:
         endpoints,
         inbox,
         migrate,
+        partitions,
         portal,
         prune,
         replay,
