@@ -199,6 +199,8 @@ DECLARE
     hi bigint := (p_k + 1) * stride;
     d text := format('deliveries_p%s', p_k);
     a text := format('delivery_attempts_p%s', p_k);
+    part text;
+    r record;
 BEGIN
     IF EXISTS (SELECT FROM delivery_partitions WHERE k = p_k) THEN
         RETURN false;
@@ -213,10 +215,22 @@ BEGIN
                    d || '_event_endpoint', d);
     EXECUTE format('CREATE UNIQUE INDEX %I ON %I (endpoint_id, key) WHERE key IS NOT NULL'
                    ' AND state IN (''pending'', ''dead'')', d || '_key_head', d);
-    EXECUTE format('ALTER TABLE deliveries ATTACH PARTITION %I FOR VALUES FROM (%s) TO (%s)',
-                   d, lo, hi);
     EXECUTE format('CREATE TABLE %I (LIKE delivery_attempts INCLUDING DEFAULTS,'
                    ' CHECK (delivery_id >= %s AND delivery_id < %s))', a, lo, hi);
+    -- The parents' indexes, under names that say which partition and which index
+    -- (deliveries_p7_due, ...: what EXPLAIN shows); ATTACH adopts them.
+    FOR r IN SELECT i.relname, pg_get_indexdef(x.indexrelid) AS def, t.relname AS tab
+               FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
+               JOIN pg_class t ON t.oid = x.indrelid
+              WHERE x.indrelid IN ('deliveries'::regclass, 'delivery_attempts'::regclass)
+                AND NOT x.indisunique LOOP
+        part := CASE r.tab WHEN 'deliveries' THEN d ELSE a END;
+        EXECUTE regexp_replace(r.def, '^CREATE INDEX \S+ ON (ONLY )?\S+',
+                               format('CREATE INDEX %I ON %I',
+                                      part || substr(r.relname, length(r.tab) + 1), part));
+    END LOOP;
+    EXECUTE format('ALTER TABLE deliveries ATTACH PARTITION %I FOR VALUES FROM (%s) TO (%s)',
+                   d, lo, hi);
     EXECUTE format('ALTER TABLE delivery_attempts ATTACH PARTITION %I'
                    ' FOR VALUES FROM (%s) TO (%s)', a, lo, hi);
     INSERT INTO delivery_partitions (k, deliveries, attempts, lo, hi) VALUES (p_k, d, a, lo, hi);
