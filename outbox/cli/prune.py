@@ -54,6 +54,6 @@ def prune(ctx: Context, older_than: dt.timedelta, dead_too: bool, batch_size: in
     if as_json:
         echo_json(result)
         return
-    click.echo(f"dropped {result.partitions} partitions; "
-               f"deleted {result.deliveries} deliveries, {result.attempts} attempt-log rows "
-               f"and {result.events} events finished or made before {when(result.cutoff)}")
+    click.echo(f"deleted {result.deliveries} deliveries, {result.attempts} attempt-log rows "
+               f"and {result.events} events finished or made before {when(result.cutoff)}; "
+               f"dropped {result.partitions} partitions whole")
