@@ -119,9 +119,10 @@ async def partition_loop(settings: WorkerSettings, stopped: asyncio.Event) -> No
             log.warning("partition maintenance failed: %s", _first_line(exc))
         else:
             if made or (dropped is not None and dropped.dropped):
-                log.info("partitions", extra={
-                    "created": made, "dropped": dropped.dropped if dropped else 0,
-                    "kept": dropped.kept if dropped else 0})
+                log.info("partitions", extra={  # ("created" is a LogRecord attribute)
+                    "partitions_created": made,
+                    "partitions_dropped": dropped.dropped if dropped else 0,
+                    "partitions_kept": dropped.kept if dropped else 0})
         try:
             async with asyncio.timeout(partition_tick(settings)):
                 await stopped.wait()
