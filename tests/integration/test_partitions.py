@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import uuid
 from typing import Any
 
 import psycopg
