@@ -83,25 +83,37 @@ def _dead_retention(settings: WorkerSettings) -> dt.timedelta | None:
     return dt.timedelta(seconds=seconds) if seconds else None
 
 
-PARTITIONS_AHEAD = 2
-"""Empty partitions kept created past the open one."""
+PARTITIONS_AHEAD = 1
+"""Empty partitions kept created past the open one (each partition kept, empty or not,
+costs every claim's planning a little: tests/integration/test_partitions.py, bench.history
+--partitions)."""
+
+
+def partition_width(settings: WorkerSettings) -> float:
+    """OUTBOX_PARTITION_SECONDS, or when it is 0 (auto) a third of the retention (at least
+    an hour; a day without retention): about five partitions are kept at any time."""
+    if settings.partition_seconds:
+        return settings.partition_seconds
+    if not settings.retention_seconds:
+        return 86400.0
+    return max(settings.retention_seconds / 3, 3600.0)
 
 
 def partition_tick(settings: WorkerSettings) -> float:
     """Seconds between two partition passes: a quarter of a partition, at most a minute."""
-    return min(settings.partition_seconds / 4, 60.0)
+    return min(partition_width(settings) / 4, 60.0)
 
 
 def partition_once(settings: WorkerSettings) -> tuple[int, DropResult | None]:
     """One pass of the partition manager: open the next partition when the open one is
-    ``partition_seconds`` old and keep :data:`PARTITIONS_AHEAD` created past it; then, unless
+    :func:`partition_width` old and keep :data:`PARTITIONS_AHEAD` created past it; then, unless
     ``retention_seconds`` is 0, drop the partitions that hold nothing that must survive.
     Every worker may run it: the SQL functions serialise callers with an advisory lock, and
     each step is its own short transaction. Returns (partitions created, drops)."""
     with psycopg.connect(settings.database_url, autocommit=True, connect_timeout=5,
                          prepare_threshold=settings.prepare_threshold) as conn:
         made = advance(conn, settings.schema_name,
-                       dt.timedelta(seconds=settings.partition_seconds), PARTITIONS_AHEAD)
+                       dt.timedelta(seconds=partition_width(settings)), PARTITIONS_AHEAD)
         if not settings.retention_seconds:
             return made, None
         return made, drop_expired(conn, settings.schema_name,

@@ -377,4 +377,4 @@ END
 $$;
 
 -- The first partition of the new layout opens now (the identity moves to it).
-SELECT partitions_advance(3600, 2);
+SELECT partitions_advance(3600, 1);

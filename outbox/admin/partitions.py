@@ -124,7 +124,7 @@ def status(conn: psycopg.Connection[Any], schema: str, retention: dt.timedelta,
 
 
 def advance(conn: psycopg.Connection[Any], schema: str, width: dt.timedelta,
-            ahead: int = 2) -> int:
+            ahead: int = 1) -> int:
     """Open the next partition if the open one is ``width`` old, and keep ``ahead``
     partitions created past it (see the module's guarantees). Returns how many it created.
     Commits, unless ``conn`` is inside a transaction (then the caller's commit does)."""

@@ -59,7 +59,7 @@ def _finish(db_url: str, state: str, where: str = "TRUE") -> None:
 def test_migration_makes_partitions_ahead_and_emits_go_to_the_open_one(db_url: str) -> None:
     status = _status(db_url)
     assert status == {"deliveries_legacy": None, "deliveries_p1": "open",
-                      "deliveries_p2": "ahead", "deliveries_p3": "ahead"}
+                      "deliveries_p2": "ahead"}
     add_endpoint(db_url, "https://example.com/h")
     emit(db_url, 3)
     assert {_partition_of(db_url, i) for (i,) in rows(db_url, "SELECT id FROM outbox.deliveries")
@@ -69,7 +69,7 @@ def test_migration_makes_partitions_ahead_and_emits_go_to_the_open_one(db_url: s
     ids = [i for (i,) in rows(db_url, "SELECT id FROM outbox.deliveries ORDER BY id")]
     assert _partition_of(db_url, ids[-1]) == "deliveries_p2"
     assert ids == sorted(ids) and ids[-1] < 2 ** 53  # ids still grow, exact in JSON
-    assert _status(db_url)["deliveries_p4"] == "ahead"  # two kept ahead of the open one
+    assert _status(db_url)["deliveries_p3"] == "ahead"  # one kept ahead of the open one
 
 
 def test_a_partition_with_a_pending_row_is_not_dropped_until_it_is_delivered(
@@ -131,9 +131,8 @@ def test_prune_drops_partitions_and_reports_them(db_url: str) -> None:
     out = invoke(db_url, "partitions", "--older-than", "0s", "--json")
     assert out.exit_code == 0, out.output
     listed = json.loads(out.stdout)
-    assert [p["deliveries"] for p in listed] == ["deliveries_p2", "deliveries_p3",
-                                                 "deliveries_p4"]
-    assert [p["droppable"] for p in listed] == [False, False, False]
+    assert [p["deliveries"] for p in listed] == ["deliveries_p2", "deliveries_p3"]
+    assert [p["droppable"] for p in listed] == [False, False]
     assert listed[0]["blocked_by"] == "open" and listed[0]["bytes"] > 0
     table = invoke(db_url, "partitions")
     assert table.exit_code == 0 and "no: open" in table.output
@@ -216,3 +215,24 @@ def test_per_key_order_holds_across_partition_boundaries(db_url: str) -> None:
     assert got == sent
     assert len({_partition_of(db_url, i) for (i,) in rows(
         db_url, "SELECT id FROM outbox.deliveries")}) == 3
+
+
+@pytest.mark.parametrize("width", [-1, 0.5, 9.99])
+def test_bad_partition_width_is_refused(width: float) -> None:
+    from pydantic import ValidationError
+
+    from outbox.delivery.settings import WorkerSettings
+
+    with pytest.raises(ValidationError, match="partition_seconds"):
+        WorkerSettings(database_url="postgresql://x/y", partition_seconds=width)
+
+
+def test_partition_width_defaults_to_a_third_of_the_retention() -> None:
+    from outbox.delivery.retention_task import partition_width
+    from outbox.delivery.settings import WorkerSettings
+
+    def width(**kw: float) -> float:
+        return partition_width(WorkerSettings(database_url="postgresql://x/y", **kw))
+
+    assert width() == 7 * 86400 / 3 and width(partition_seconds=10) == 10
+    assert width(retention_seconds=60) == 3600 and width(retention_seconds=0) == 86400
