@@ -90,7 +90,8 @@ def run(url: str, history: int, rounds: int, parts: int = 1) -> dict[str, Any]:
         full = _claims(c, rounds)
         kept = len(partitions.status(c, SCHEMA, dt.timedelta(days=1)))
     e, f = percentiles([x * 1000 for x in empty]), percentiles([x * 1000 for x in full])
-    return {"history": history, "partitions": kept, "fill_seconds": fill_s, "empty_ms": e, "history_ms": f,
+    return {"history": history, "partitions": kept, "fill_seconds": fill_s, "empty_ms": e,
+            "history_ms": f,
             "ratio_median": statistics.median(full) / statistics.median(empty)}
 
 

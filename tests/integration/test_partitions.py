@@ -231,7 +231,7 @@ def test_partition_width_defaults_to_a_third_of_the_retention() -> None:
     from outbox.delivery.retention_task import partition_width
     from outbox.delivery.settings import WorkerSettings
 
-    def width(**kw: float) -> float:
+    def width(**kw: Any) -> float:
         return partition_width(WorkerSettings(database_url="postgresql://x/y", **kw))
 
     assert width() == 7 * 86400 / 3 and width(partition_seconds=10) == 10
