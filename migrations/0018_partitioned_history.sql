@@ -214,7 +214,7 @@ BEGIN
     EXECUTE format('ALTER TABLE %I ADD CONSTRAINT deliveries_state_check CHECK (state IN'
                    ' (''pending'', ''delivered'', ''dead'', ''fresh'', ''waiting''))', d);
     EXECUTE format('CREATE UNIQUE INDEX %I ON %I (event_id, endpoint_id)',
-                   d || '_event_endpoint', d);
+                   d || '_event_id_endpoint_id_key', d);
     EXECUTE format('CREATE UNIQUE INDEX %I ON %I (endpoint_id, key) WHERE key IS NOT NULL'
                    ' AND state IN (''pending'', ''dead'')', d || '_key_head', d);
     EXECUTE format('CREATE TABLE %I (LIKE delivery_attempts INCLUDING DEFAULTS,'
