@@ -54,9 +54,12 @@ _UNBUDGETED = {"used_ids": [], "used_counts": [], "default_cap": 1 << 30}
 
 def _claims(conn: psycopg.Connection[Any], rounds: int) -> list[float]:
     claim = render(queries.CLAIM, SCHEMA)
+    # the claim's floor, as the worker reads it (once a second)
+    floor = conn.execute(render(queries.CLAIM_FLOOR, SCHEMA)).fetchone()
     samples = []
     for _ in range(rounds):
-        params = {"limit": 100, "lease": 30.0, "token": uuid.uuid4(), **_UNBUDGETED}
+        params = {"limit": 100, "lease": 30.0, "token": uuid.uuid4(), **_UNBUDGETED,
+                  "floor": floor[0] if floor else -(1 << 63)}
         start = time.perf_counter()
         with conn.transaction(force_rollback=True):
             rows = conn.execute(claim, params).fetchall()

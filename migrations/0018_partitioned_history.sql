@@ -363,11 +363,46 @@ BEGIN
 END
 $$;
 
+-- The claim's floor: the lowest delivery id a claim must look at. Every partition below the
+-- oldest one holding a pending, fresh or waiting delivery holds nothing claimable, so the
+-- claim adds `id >= floor` and PostgreSQL leaves those partitions out of its plan (each
+-- partition kept costs every claim's planning and index probes otherwise). Never above the
+-- partition closed last: a transaction that took its ids before the identity moved on may
+-- still insert there. The worker re-reads it every second (delivery/store.py): a dead
+-- delivery replayed in an older partition is claimed after at most that refresh. Cost: two
+-- partial-index probes per closed partition, oldest first, until one holds queued work.
+CREATE FUNCTION claim_floor() RETURNS bigint
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+    lowest constant bigint := -9223372036854775808;
+    recent bigint;
+    p delivery_partitions;
+    hit boolean;
+BEGIN
+    SELECT COALESCE(d.lo, lowest) INTO recent FROM delivery_partitions d
+     WHERE d.closed_at IS NOT NULL ORDER BY d.k DESC LIMIT 1;
+    IF recent IS NULL THEN
+        RETURN lowest;  -- nothing closed yet: every partition
+    END IF;
+    FOR p IN SELECT * FROM delivery_partitions d
+              WHERE d.closed_at IS NOT NULL AND COALESCE(d.lo, lowest) < recent
+              ORDER BY d.k LOOP
+        EXECUTE format('SELECT EXISTS (SELECT FROM %1$I WHERE state = ''pending'')'
+                       ' OR EXISTS (SELECT FROM %1$I WHERE state IN (''fresh'', ''waiting''))',
+                       p.deliveries) INTO hit;
+        IF hit THEN
+            RETURN COALESCE(p.lo, lowest);
+        END IF;
+    END LOOP;
+    RETURN recent;
+END
+$$;
+
 DO $$
 DECLARE
     f text;
 BEGIN
-    FOREACH f IN ARRAY ARRAY['partition_create(bigint)',
+    FOREACH f IN ARRAY ARRAY['claim_floor()', 'partition_create(bigint)',
                              'partitions_advance(double precision, integer)',
                              'partition_status(timestamptz, timestamptz)',
                              'partition_drop(bigint, timestamptz, timestamptz, integer)'] LOOP

@@ -54,5 +54,6 @@ GRANT EXECUTE ON FUNCTION :"schema".ordered_place(uuid, text, bigint[]),
 -- the owner's rights (CREATE, ATTACH, DETACH and DROP of partitions need them) and drop a
 -- partition only when nothing in it must survive; the worker calls them, nobody else.
 GRANT EXECUTE ON FUNCTION :"schema".partitions_advance(double precision, integer),
+    :"schema".claim_floor(),
     :"schema".partition_status(timestamptz, timestamptz),
     :"schema".partition_drop(bigint, timestamptz, timestamptz, integer) TO :"worker_role";
