@@ -161,7 +161,8 @@ def test_the_claim_floor_leaves_partitions_without_queued_work_out_of_the_plan(
                       " - interval '1d' WHERE opened_at IS NOT NULL AND closed_at IS NULL")
             partitions.advance(c, SCHEMA, dt.timedelta(hours=1))
         emit(db_url, 1)
-        lo = dict(c.execute("SELECT deliveries, lo FROM outbox.delivery_partitions").fetchall())
+        lo: dict[str, int] = dict(c.execute(
+            "SELECT deliveries, lo FROM outbox.delivery_partitions").fetchall())
         floor = c.execute("SELECT outbox.claim_floor()").fetchone()
         assert floor == (lo["deliveries_p3"],)  # the one closed last: nothing queued below
         params = {"limit": 10, "lease": 30.0, "token": uuid.uuid4(), **UNBUDGETED,
