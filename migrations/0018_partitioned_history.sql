@@ -31,8 +31,10 @@
 -- history table: that would be an extra insert, delete and their WAL per delivery).
 -- The claim's partial indexes (pending, due, fresh) are partitioned indexes: each
 -- partition's holds only that partition's pending rows, so old partitions' are empty and
--- the claim's cost follows the backlog and the number of partitions kept, never the rows
--- of history (bench/history.py; tests/integration/test_claim_plan.py).
+-- the claim's cost follows the backlog, never the rows of history; and with the claim's
+-- floor (claim_floor(), below: `id >= floor` prunes every partition without queued work
+-- from its plan) not the number of partitions kept either (bench/history.py --partitions;
+-- tests/integration/test_claim_plan.py).
 --
 -- What blocks a drop. A delivery cannot move to another partition (its id is its
 -- partition), so a partition is dropped only when none of its rows must survive
