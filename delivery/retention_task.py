@@ -1,5 +1,7 @@
-"""The worker's periodic pruning: :func:`outbox.admin.retention.prune` on a timer, and the
-repair pass of ordered keys left without a head (:func:`repair_once`).
+"""The worker's periodic pruning: :func:`outbox.admin.retention.prune` on a timer, the
+partition manager (:func:`partition_once`: partitions created ahead, expired ones dropped,
+:mod:`outbox.admin.partitions`), and the repair pass of ordered keys left without a head
+(:func:`repair_once`).
 
 Guarantees: at most one worker prunes a schema at a time (a session advisory lock, skipped
 if taken, released when done or when the connection drops) where the connection is a
@@ -25,6 +27,7 @@ import psycopg
 from psycopg.rows import scalar_row
 
 from outbox._db.connection import render
+from outbox.admin.partitions import DropResult, advance, drop_expired
 from outbox.admin.retention import PruneResult, prune
 from outbox.delivery import queries
 from outbox.delivery.session import direct_sync
@@ -56,7 +59,8 @@ def prune_once(settings: WorkerSettings, should_stop: Callable[[], bool] = lambd
                     return None
         try:
             result = prune(conn, schema, dt.timedelta(seconds=settings.retention_seconds),
-                           batch_size=settings.prune_batch_size, progress=progress)
+                           batch_size=settings.prune_batch_size, progress=progress,
+                           dead_older_than=_dead_retention(settings))
             if result.deliveries or result.events:
                 _vacuum_if_no_autovacuum(conn, schema)
             return result
@@ -72,6 +76,71 @@ def _vacuum_if_no_autovacuum(conn: psycopg.Connection[tuple[object, ...]], schem
         autovacuum_off = cur.execute(queries.AUTOVACUUM_OFF).fetchone()
     if autovacuum_off:
         conn.execute(render(queries.VACUUM_QUEUE, schema))
+
+
+def _dead_retention(settings: WorkerSettings) -> dt.timedelta | None:
+    seconds = settings.dead_retention_seconds
+    return dt.timedelta(seconds=seconds) if seconds else None
+
+
+PARTITIONS_AHEAD = 1
+"""Empty partitions kept created past the open one (each partition kept, empty or not,
+costs every claim's planning a little: tests/integration/test_partitions.py, bench.history
+--partitions)."""
+
+
+def partition_width(settings: WorkerSettings) -> float:
+    """OUTBOX_PARTITION_SECONDS, or when it is 0 (auto) a third of the retention (at least
+    an hour; a day without retention): about five partitions are kept at any time."""
+    if settings.partition_seconds:
+        return settings.partition_seconds
+    if not settings.retention_seconds:
+        return 86400.0
+    return max(settings.retention_seconds / 3, 3600.0)
+
+
+def partition_tick(settings: WorkerSettings) -> float:
+    """Seconds between two partition passes: a quarter of a partition, at most a minute."""
+    return min(partition_width(settings) / 4, 60.0)
+
+
+def partition_once(settings: WorkerSettings) -> tuple[int, DropResult | None]:
+    """One pass of the partition manager: open the next partition when the open one is
+    :func:`partition_width` old and keep :data:`PARTITIONS_AHEAD` created past it; then, unless
+    ``retention_seconds`` is 0, drop the partitions that hold nothing that must survive.
+    Every worker may run it: the SQL functions serialise callers with an advisory lock, and
+    each step is its own short transaction. Returns (partitions created, drops)."""
+    with psycopg.connect(settings.database_url, autocommit=True, connect_timeout=5,
+                         prepare_threshold=settings.prepare_threshold) as conn:
+        made = advance(conn, settings.schema_name,
+                       dt.timedelta(seconds=partition_width(settings)), PARTITIONS_AHEAD)
+        if not settings.retention_seconds:
+            return made, None
+        return made, drop_expired(conn, settings.schema_name,
+                                  dt.timedelta(seconds=settings.retention_seconds),
+                                  _dead_retention(settings))
+
+
+async def partition_loop(settings: WorkerSettings, stopped: asyncio.Event) -> None:
+    """:func:`partition_once` every :func:`partition_tick` seconds until ``stopped``, the
+    first at once. A failure is logged and retried at the next tick, never fatal."""
+    while not stopped.is_set():
+        try:
+            made, dropped = await asyncio.to_thread(partition_once, settings)
+        except (OutboxError, psycopg.Error) as exc:
+            log.warning("partition maintenance failed: %s", _first_line(exc))
+        else:
+            if made or (dropped is not None and dropped.dropped):
+                log.info("partitions", extra={  # ("created" is a LogRecord attribute)
+                    "partitions_created": made,
+                    "partitions_dropped": dropped.dropped if dropped else 0,
+                    "partitions_kept": dropped.kept if dropped else 0})
+        try:
+            async with asyncio.timeout(partition_tick(settings)):
+                await stopped.wait()
+            return
+        except TimeoutError:
+            pass
 
 
 REPAIR_KEYS = 1000

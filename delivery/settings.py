@@ -55,6 +55,13 @@ class WorkerSettings(Settings):
     retention_seconds: float = Field(default=7 * 86400.0, ge=0)
     prune_interval_seconds: float = Field(default=600.0, gt=0)
     prune_batch_size: int = Field(default=1000, ge=1)
+    # Dead deliveries are kept this long for replay (they block their partition's drop
+    # until then); 0: kept until replayed, skipped or pruned with `outbox prune --dead-too`.
+    dead_retention_seconds: float = Field(default=14 * 86400.0, ge=0)
+    # The width of one partition of the delivery history (migrations/0018): the worker
+    # opens the next one every this many seconds and drops the expired ones. 0: a third of
+    # retention_seconds (at least an hour), so about five partitions are kept.
+    partition_seconds: float = Field(default=0.0, ge=0)
     metrics_port: int = Field(default=9464, ge=0, le=65535)  # 0: no metrics/health server
     metrics_host: str = "0.0.0.0"
     log_format: Literal["json", "text"] = "json"
@@ -63,6 +70,13 @@ class WorkerSettings(Settings):
     # commit waiting for a missing synchronous standby, a lock, a hung network path).
     database_stall_seconds: float = Field(default=10.0, gt=0)
     worker_id: str = Field(default_factory=_default_worker_id)
+
+    @field_validator("partition_seconds")
+    @classmethod
+    def _check_partition_width(cls, value: float) -> float:
+        if 0 < value < 10:
+            raise ValueError("must be 0 (a third of the retention) or at least 10 seconds")
+        return value
 
     @field_validator("allow_networks")
     @classmethod

@@ -34,6 +34,10 @@ from outbox.delivery.settings import WorkerSettings
 log = logging.getLogger("outbox.worker")
 T = TypeVar("T")
 RETRY_MAX = 1.0  # seconds: the longest wait between two tries during an outage
+# The claim's floor (delivery/queries/claim.py): re-read this often (seconds); before the
+# first read, the lowest bigint (every partition).
+FLOOR_EVERY = 1.0
+NO_FLOOR = -(1 << 63)
 
 # Errors a statement raises because of the values of some rows (SQLSTATE classes 22 and
 # 23: out-of-range numbers or times, invalid text, constraint violations), as opposed to
@@ -133,6 +137,7 @@ class Store:
     def __init__(self, settings: WorkerSettings, *, pool_size: int = 4) -> None:
         self.settings = settings
         self._claim_sql = render(queries.CLAIM, settings.schema_name)
+        self._floor_sql = render(queries.CLAIM_FLOOR, settings.schema_name)
         self._complete_sql = render(queries.COMPLETE, settings.schema_name)
         self._quarantine_sql = render(queries.QUARANTINE, settings.schema_name)
         self._any_due_sql = render(queries.ANY_DUE, settings.schema_name)
@@ -146,6 +151,9 @@ class Store:
         self._down_since = 0.0
         self._running: dict[object, float] = {}  # database calls in progress: their start
         self._claim_after = ""  # the claim's rotation position (queries.CLAIM)
+        # the claim's floor (queries.CLAIM, CLAIM_FLOOR) and when it was last read
+        self._claim_floor = NO_FLOOR
+        self._floor_read_at = -FLOOR_EVERY
         self.on_poison: Callable[[Completion], None] = lambda c: None
         self._backlog_sql = render(queries.BACKLOG, settings.schema_name)
         self._push_sql = render(queries.PUSH_ENDPOINT, settings.schema_name)
@@ -236,7 +244,9 @@ class Store:
         token = uuid.uuid4()
         params = {"limit": limit, "lease": self.settings.lease_seconds, "token": token,
                   "used_ids": list(used_ids), "used_counts": list(used_counts),
-                  "default_cap": self.settings.default_endpoint_cap}
+                  "default_cap": self.settings.default_endpoint_cap,
+                  "floor": self._claim_floor}
+        read_floor = time.monotonic() - self._floor_read_at >= FLOOR_EVERY
 
         async def op(fresh: bool) -> list[Job]:
             async with self.connections.transaction(fresh=fresh) as conn:
@@ -244,9 +254,14 @@ class Store:
                 cur = conn.cursor(row_factory=self._job_row)
                 await cur.execute(self._claim_sql, params)
                 position = await conn.execute(queries.CLAIM_POSITION_GET)
+                floor = await conn.execute(self._floor_sql) if read_floor else None
             jobs = await cur.fetchall()
             row = await position.fetchone()
             self._claim_after = str(row[0] or "") if row else ""
+            if floor is not None:  # for the next claims
+                got = await floor.fetchone()
+                self._claim_floor = int(got[0]) if got and got[0] is not None else NO_FLOOR
+                self._floor_read_at = time.monotonic()
             return jobs
 
         return await self._retrying(op)

@@ -42,7 +42,7 @@ from outbox.delivery.metrics import Metrics
 from outbox.delivery.outcome import AttemptResult, Verdict
 from outbox.delivery.policy import decide, defer, park, poisoned
 from outbox.delivery.request import send_job
-from outbox.delivery.retention_task import prune_loop
+from outbox.delivery.retention_task import partition_loop, prune_loop
 from outbox.delivery.sender import Transport
 from outbox.delivery.settings import WorkerSettings
 from outbox.delivery.store import Store
@@ -132,9 +132,11 @@ class Worker:
         flusher = asyncio.create_task(self._flush_loop(), name="outbox-flush")
         gauges = asyncio.create_task(self._backlog_loop(), name="outbox-backlog")
         watch = asyncio.create_task(self._stall_loop(), name="outbox-stall")
-        pruner = None
+        pruner = partitioner = None
         if not drain:  # prunes unless retention_seconds is 0; repairs ordered keys
             pruner = asyncio.create_task(prune_loop(self.settings, self._stopped))
+            partitioner = asyncio.create_task(partition_loop(self.settings, self._stopped),
+                                              name="outbox-partitions")
         listener = None
         if self.waker is not None and not drain:
             listener = asyncio.create_task(self.waker.run(self._stopped), name="outbox-wakeup")
@@ -153,6 +155,8 @@ class Worker:
                     await task
             if pruner is not None:
                 await pruner
+            if partitioner is not None:
+                await partitioner
             if listener is not None:
                 await listener
             await self.store.close()

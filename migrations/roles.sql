@@ -50,3 +50,10 @@ GRANT EXECUTE ON FUNCTION :"schema".ordered_place(uuid, text, bigint[]),
     :"schema".ordered_advance(uuid, text), :"schema".ordered_next(uuid, text),
     :"schema".ordered_promote_if_headless(uuid, text),
     :"schema".ordered_check_isolation() TO :"worker_role";
+-- the partition manager (migrations/0018_partitioned_history.sql): its functions run with
+-- the owner's rights (CREATE, ATTACH, DETACH and DROP of partitions need them) and drop a
+-- partition only when nothing in it must survive; the worker calls them, nobody else.
+GRANT EXECUTE ON FUNCTION :"schema".partitions_advance(double precision, integer),
+    :"schema".claim_floor(),
+    :"schema".partition_status(timestamptz, timestamptz),
+    :"schema".partition_drop(bigint, timestamptz, timestamptz, integer) TO :"worker_role";

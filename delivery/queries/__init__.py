@@ -9,6 +9,7 @@ from __future__ import annotations
 from outbox.delivery.queries.claim import (
     BUDGET,
     CLAIM,
+    CLAIM_FLOOR,
     CLAIM_POSITION_GET,
     CLAIM_POSITION_SET,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "BLOCKED_BODY",
     "BUDGET",
     "CLAIM",
+    "CLAIM_FLOOR",
     "CLAIM_POSITION_GET",
     "CLAIM_POSITION_SET",
     "COMMIT",

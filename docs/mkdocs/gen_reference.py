@@ -100,6 +100,15 @@ MEANINGS: dict[str, str] = {
     "retention_seconds": "Finished deliveries older than this are pruned by the workers "
                          "(`0`: never).",
     "prune_interval_seconds": "How often one worker prunes (an advisory lock picks one).",
+    "dead_retention_seconds": "Dead deliveries are kept this long for replay (`outbox dead`,"
+    " `outbox replay`): a partition holding a younger dead delivery is not dropped. 0: kept"
+    " until replayed, skipped or pruned with `outbox prune --dead-too`.",
+    "partition_seconds": "The width of one partition of the delivery history: the workers"
+    " open a new partition of deliveries and attempt logs this often and drop those past"
+    " retention that hold nothing that must survive (Partitioned history). `0` (the"
+    " default): a third of `OUTBOX_RETENTION_SECONDS`, at least an hour (a day without"
+    " retention), so about five partitions are kept: each one kept costs every claim a"
+    " little planning. Else at least 10.",
     "prune_batch_size": "Rows the workers' pruning deletes per transaction.",
     "metrics_port": "`/metrics`, `/healthz`, `/readyz` (`--metrics-port`; `0` disables; not "
                     "served with `--drain`). The default port already taken: one warning "

@@ -1,8 +1,14 @@
-"""Retention: delete finished deliveries, their attempt logs, then orphaned events.
+"""Retention: drop expired partitions, delete finished deliveries, their attempt logs,
+then orphaned events.
 
 :func:`prune` is a library function so the worker (or a cron job) can run it
 periodically; ``outbox prune`` is its command line. Guarantees:
 
+- First, every partition of deliveries and attempt logs that holds nothing that must
+  survive is dropped whole (:func:`outbox.admin.partitions.drop_expired`: no per-row
+  work, nothing left to vacuum); dead rows block a partition unless ``dead_too`` or they
+  are older than ``dead_older_than``. Skipped with ``tenant`` (a partition holds every
+  tenant's rows).
 - Only rows past retention go: deliveries whose ``finished_at`` is older than the cutoff
   and whose state is ``delivered`` (and ``dead`` with ``dead_too``), with their
   ``delivery_attempts``; then events older than the cutoff that have no delivery left.
@@ -40,6 +46,7 @@ from psycopg.rows import class_row, scalar_row
 from outbox._db import queries
 from outbox._db.connection import render, translated
 from outbox._emit.event import check_tenant
+from outbox.admin.partitions import drop_expired
 from outbox.errors import OperationRefused
 
 __all__ = [
@@ -51,17 +58,19 @@ __all__ = [
 
 PruneProgress = Callable[[str, int, int | None], None]
 """Called after each batch with (phase, rows done in that phase, phase total or None).
-Phases: ``"deliveries"`` (rows deleted, total known) and ``"events"`` (ids examined)."""
+Phases: ``"partitions"`` (partitions examined, total known), ``"deliveries"`` (rows
+deleted, total known) and ``"events"`` (ids examined)."""
 
 
 @dataclass(frozen=True, slots=True)
 class PruneResult:
-    """What was deleted, and the cutoff used."""
+    """What was deleted, and the cutoff used (``partitions``: dropped whole)."""
 
     cutoff: dt.datetime
     deliveries: int
     attempts: int
     events: int
+    partitions: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,9 +112,12 @@ def prune(
     batch_size: int = 1000,
     progress: PruneProgress | None = None,
     tenant: str | None = None,
+    dead_older_than: dt.timedelta | None = None,
 ) -> PruneResult:
     """Delete what is past ``older_than`` (see the module's guarantees); with ``tenant``,
-    only that tenant's (None: every tenant's, and tenant-less rows).
+    only that tenant's (None: every tenant's, and tenant-less rows). ``dead_older_than``:
+    the dead-letter retention for partition drops (None: dead rows block their partition,
+    unless ``dead_too``).
 
     ``conn`` must not be inside a transaction: each batch commits on its own. Bad
     arguments (a malformed tenant id: :class:`~outbox.errors.InvalidEvent`) raise before
@@ -116,18 +128,28 @@ def prune(
         raise ValueError("batch_size must be at least 1")
     if older_than < dt.timedelta(0):
         raise ValueError("older_than must not be negative")
+    if dead_older_than is not None and dead_older_than < dt.timedelta(0):
+        raise ValueError("dead_older_than must not be negative")
     if conn.info.transaction_status != TransactionStatus.IDLE:
         raise OperationRefused("prune commits batch by batch: run it outside a transaction")
     with translated(), conn.transaction(), conn.cursor(row_factory=scalar_row) as cur:
         cutoff: dt.datetime | None = cur.execute(
             queries.PRUNE_CUTOFF, (older_than.total_seconds(),)).fetchone()
     assert cutoff is not None
+    partitions = 0
+    if tenant is None:
+        def step(done: int, total: int) -> None:
+            if progress is not None:
+                progress("partitions", done, total)
+        partitions = drop_expired(conn, schema, older_than,
+                                  older_than if dead_too else dead_older_than,
+                                  progress=step).dropped
     states = ["delivered", "dead"] if dead_too else ["delivered"]
     scope = {"cutoff": cutoff, "limit": batch_size, "tenant": tenant}
     deliveries, attempts = _prune_deliveries(conn, schema, {**scope, "states": states},
                                              progress)
     events = _prune_events(conn, schema, scope, progress)
-    return PruneResult(cutoff, deliveries, attempts, events)
+    return PruneResult(cutoff, deliveries, attempts, events, partitions)
 
 
 def _prune_deliveries(

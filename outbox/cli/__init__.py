@@ -29,6 +29,7 @@ def load_commands() -> None:
         endpoints,
         inbox,
         migrate,
+        partitions,
         portal,
         prune,
         replay,

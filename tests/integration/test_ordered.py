@@ -415,8 +415,13 @@ def test_claim_ignores_a_long_queue_behind_a_retrying_head(db_url: str) -> None:
                 ("EXPLAIN (ANALYZE, BUFFERS, TIMING OFF) " + claim).encode(), params))
         with c.transaction(force_rollback=True):
             claimed = c.execute(claim.encode(), params).fetchall()
-    assert "Seq Scan on deliveries" not in plan and "Bitmap Heap Scan" not in plan, plan
-    assert "Index Scan using deliveries_fresh" in plan, plan
+    # deliveries is partitioned (migrations/0018): a scan of an empty partition (one made
+    # ahead, cost 0.00..0.00) reads nothing; every other partition is read by index
+    scans = [line for line in plan.splitlines()
+             if re.search(r"Seq Scan on deliveries|Bitmap Heap Scan", line)
+             and "cost=0.00..0.00 " not in line]
+    assert not scans, plan
+    assert re.search(r"Index Scan using deliveries_(p\d+|legacy)_fresh", plan), plan
     largest = max(int(n) for n in re.findall(r"actual rows=(\d+)", plan))
     assert largest <= 100, plan  # never a key's queue (50,000) nor the dead heads (2,000)
     assert len(claimed) == 10 and {r[7] for r in claimed} == {other}

@@ -48,4 +48,5 @@ def outbox_migrations(url: str, schema: str = SCHEMA) -> list[tuple[Any, ...]]:
 
 # The claim's budget parameters for a test that reads the claim alone (no worker): nothing
 # in flight, no cap (delivery/queries/claim.py BUDGET). Rate limits and pauses still apply.
-UNBUDGETED = {"used_ids": [], "used_counts": [], "default_cap": 1 << 30}
+UNBUDGETED = {"used_ids": [], "used_counts": [], "default_cap": 1 << 30,
+              "floor": -(1 << 63)}  # no claim floor: every partition (migrations/0018)

@@ -4,6 +4,7 @@ the backlog rebuilt from the rows."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
 
 import psycopg
@@ -130,13 +131,20 @@ def test_last_hour_reads_the_partial_indexes_not_the_history(db_url: str) -> Non
     assert row is not None
     plan = row[0]
     nodes = list(_nodes(plan[0]["Plan"]))
-    on_deliveries = [(n["Node Type"], n.get("Index Name")) for n in nodes
-                     if n.get("Relation Name") == "deliveries"]
+    # deliveries is partitioned (migrations/0018): a partition (deliveries_p<k>, its index
+    # deliveries_p<k>_due) is read as the table and index it is part of; an empty one (made
+    # ahead: cost 0) may be "scanned" for nothing
+    part = re.compile(r"^deliveries_(p\d+|legacy)")
+    on_deliveries = [(n["Node Type"], part.sub("deliveries", n.get("Index Name") or ""))
+                     for n in nodes
+                     if part.sub("deliveries", n.get("Relation Name") or "") == "deliveries"
+                     and not (n["Node Type"] == "Seq Scan" and n["Total Cost"] == 0)]
     assert on_deliveries and all("Seq Scan" not in kind for kind, _ in on_deliveries), nodes
     assert {i for _, i in on_deliveries} == {"deliveries_finished", "deliveries_due"}
     # the planner knows the window's start (no 1/3-of-the-table guess that a busier table
     # would answer with a scan): it expects the 10 pending rows and none finished
-    expected = [n["Plan Rows"] for n in nodes if n.get("Relation Name") == "deliveries"]
+    expected = [n["Plan Rows"] for n in nodes
+                if part.sub("deliveries", n.get("Relation Name") or "") == "deliveries"]
     assert max(expected) < 1000, nodes
     assert sum(m.backlog for m in _series(db_url)[-1:]) == 10
 

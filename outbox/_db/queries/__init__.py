@@ -105,6 +105,12 @@ from outbox._db.queries.opevents import (
     OP_REPLAY_FINISHED,
     OP_WAKE,
 )
+from outbox._db.queries.partitions import (
+    PARTITION_CUTOFFS,
+    PARTITION_DROP,
+    PARTITION_STATUS,
+    PARTITIONS_ADVANCE,
+)
 from outbox._db.queries.schema import (
     BEGIN_TRANSACTION,
     CREATE_SCHEMA,
@@ -195,6 +201,10 @@ __all__ = [
     "OP_REPLAY_FINISHED",
     "OP_WAKE",
     "ORDERED_LOCK_ORDER",
+    "PARTITIONS_ADVANCE",
+    "PARTITION_CUTOFFS",
+    "PARTITION_DROP",
+    "PARTITION_STATUS",
     "PREPARED_STATEMENT",
     "PRUNE_COUNT",
     "PRUNE_CUTOFF",

@@ -1,0 +1,26 @@
+"""SQL of the partition manager (outbox.admin.partitions): calls of the functions of
+migrations/0018_partitioned_history.sql, which hold the logic (the design is there)."""
+
+from __future__ import annotations
+
+# The retention's cutoffs from the database clock: finished rows (and closed partitions)
+# before the first may go; dead rows that died before the second (NULL: none).
+PARTITION_CUTOFFS = """
+SELECT now() - make_interval(secs => %(retention)s) AS cutoff,
+       CASE WHEN %(dead)s::float8 IS NOT NULL
+            THEN now() - make_interval(secs => %(dead)s::float8) END AS dead_cutoff
+"""
+# Opens the next partition when the open one is %(width)s seconds old, keeps %(ahead)s
+# created past it; returns how many it created.
+PARTITIONS_ADVANCE = "SELECT {schema}.partitions_advance(%(width)s, %(ahead)s)"
+# Every partition, oldest first, with what blocks its drop (NULL: droppable).
+PARTITION_STATUS = """
+SELECT k, deliveries, attempts, lo, hi, opened_at, closed_at, rows_estimate, bytes,
+       blocked_by
+  FROM {schema}.partition_status(%(cutoff)s, %(dead_cutoff)s)
+ ORDER BY k
+"""
+# Drops one partition of both tables if nothing blocks it (re-checked under lock).
+PARTITION_DROP = """
+SELECT {schema}.partition_drop(%(k)s, %(cutoff)s, %(dead_cutoff)s, %(lock_timeout_ms)s)
+"""
