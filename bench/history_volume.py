@@ -64,6 +64,7 @@ from bench.common import SCHEMA, emit_json
 from bench.procs import ROOT, Workers
 from bench.sink import Sink
 from outbox.admin import endpoints as ep
+from outbox.settings import mask_url
 from outbox.testing import postgres
 
 PROBE_LIMIT = 10
@@ -127,9 +128,25 @@ _CLAIM = ("from outbox._db.connection import render; from outbox.delivery import
           "import os; print(render(queries.CLAIM, os.environ['OUTBOX_SCHEMA']), end='')")
 
 
+SERVER: list[str] = []  # the server every run uses (main() sets it)
+
+
+def private_server(checkpoint_timeout: float) -> str:
+    """A PostgreSQL of this bench's own (initdb in a temporary directory, stopped at exit):
+    no other database's checkpoints (a shared server's CREATE/DROP DATABASE each force one,
+    and every page touched after a checkpoint is logged whole), and autovacuum can be
+    switched without touching anyone else's."""
+    url = postgres.TempCluster().url
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute(sql.SQL("ALTER SYSTEM SET checkpoint_timeout = {}").format(
+            sql.Literal(f"{int(checkpoint_timeout)}s")))
+        c.execute("SELECT pg_reload_conf()")
+    return url
+
+
 @contextlib.contextmanager
 def _database(layout: Layout) -> Iterator[str]:
-    server = postgres.find_or_start(os.environ.get("OUTBOX_BENCH_DATABASE_URL") or None)
+    server = SERVER[0]
     name = f"outbox_bench_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(server, autocommit=True) as c:
         c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
@@ -375,7 +392,7 @@ def _summary(layout: Layout, cfg: Config, av: bool, samples: list[dict[str, Any]
         "server_wal_bytes_per_event": statistics.median(
             [s["server_wal_per_event"] for s in steady]) if steady else 0.0,
         "breakdown": {"|".join(k): v for k, v in wal.by_kind.items()},
-        "breakdown_events": sh.emitted,
+        "breakdown_events": sum(s["events"] for s in samples),
     }
 
 
@@ -417,6 +434,11 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--autovacuum", choices=["off", "on", "both"], default="both")
     p.add_argument("--breakdown", action="store_true")
+    p.add_argument("--server", default=os.environ.get("OUTBOX_BENCH_DATABASE_URL"),
+                   help="an existing PostgreSQL (default: a private one, started and stopped"
+                        " here; see private_server)")
+    p.add_argument("--checkpoint-timeout", type=float, default=None,
+                   help="of the private server, seconds (default 300, --quick 60)")
     a = p.parse_args()
     q = a.quick
     cfg = Config(rate=a.rate, seconds=a.seconds or (90.0 if q else 600.0),
@@ -426,6 +448,9 @@ def main() -> None:
     if cfg.rate < 10 or cfg.seconds <= cfg.retention:
         p.error("--rate must be >= 10 and --seconds longer than --retention")
     modes = {"off": [False], "on": [True], "both": [False, True]}[a.autovacuum]
+    a.checkpoint_timeout = a.checkpoint_timeout or (60.0 if q else 300.0)
+    SERVER.append(postgres.find_or_start(a.server) if a.server
+                  else private_server(a.checkpoint_timeout))
     with tempfile.TemporaryDirectory(prefix="volume-ref-") as tmp:
         layouts = [Layout("this tree")]
         if a.reference:
@@ -453,8 +478,11 @@ def _rounds(layouts: list[Layout], cfg: Config, modes: list[bool], rounds: int,
 
 def _report(cfg: Config, layouts: list[Layout], modes: list[bool], runs: list[dict[str, Any]],
             a: argparse.Namespace) -> None:
+    where = (f"server {mask_url(a.server)}" if a.server else
+             f"private server, checkpoint_timeout {a.checkpoint_timeout:.0f} s")
     print(f"{cfg.rate} events/s for {cfg.seconds:.0f} s, retention {cfg.retention:.0f} s, "
-          f"prune every {cfg.prune_interval:.0f} s, 2 workers, {a.rounds} round(s); medians")
+          f"prune every {cfg.prune_interval:.0f} s, 2 workers, {a.rounds} round(s), {where};"
+          " medians")
     table: dict[str, Any] = {}
     for av in modes:
         for lay in layouts:
@@ -477,6 +505,8 @@ def _report(cfg: Config, layouts: list[Layout], modes: list[bool], runs: list[di
                   f" (target <= 0.8x), emit {ratios['emit_us_per_event']:.2f}x"
                   " (target <= 1.05x)")
     emit_json("history_volume", {"config": cfg.__dict__, "reference": a.reference,
+                                 "server": "given" if a.server else "private",
+                                 "checkpoint_timeout": a.checkpoint_timeout,
                                  "medians": table, "runs": runs})
 
 
