@@ -33,10 +33,11 @@
 -- Upgrade: a worker older than this migration keeps logging every attempt (its statements
 -- name no new column), so old and new workers can run side by side during a rolling deploy.
 --
--- Considered and left (measured, bench/README.md): a lower fillfactor on deliveries (50:
--- no change in WAL per event; same-page updates were not the limit); making the claim's
--- update HOT by leasing in unindexed columns (the claim's walk of the due index would then
--- step over every row in flight on each claim: its cost would follow the in-flight rows).
+-- Considered and left: a lower fillfactor on deliveries (50 instead of 85, measured with
+-- bench/history_volume.py: no change in WAL per event -- as many row locks and updates to
+-- another page); making the claim's update HOT by leasing in unindexed columns (not built:
+-- rows in flight would stay at the head of the due indexes, and every claim would step
+-- over all of them: its cost would follow the rows in flight, not the claim).
 
 ALTER TABLE deliveries ADD COLUMN IF NOT EXISTS success_ms double precision;
 ALTER TABLE deliveries ADD COLUMN IF NOT EXISTS success_worker text;
