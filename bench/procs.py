@@ -31,7 +31,7 @@ class Workers:
     """``python -m outbox worker`` processes; killed on exit from the ``with`` block."""
 
     def __init__(self, url: str, k: int, env: dict[str, str], *, drain: bool,
-                 cmd: list[str] | None = None) -> None:
+                 cmd: list[str] | None = None, cwd: Path | None = None) -> None:
         self.env = {**os.environ, "OUTBOX_DATABASE_URL": url, "OUTBOX_SCHEMA": SCHEMA,
                     "OUTBOX_ALLOW_NETWORKS": "127.0.0.0/8",
                     "OUTBOX_METRICS_PORT": "0",  # no side door: K workers share one host
@@ -39,6 +39,7 @@ class Workers:
         self.cmd = cmd or [sys.executable, "-m", "outbox", "worker",
                            *(["--drain"] if drain else [])]
         self.k = k
+        self.cwd = cwd or ROOT  # another checkout's tree runs its own outbox (python -m)
         self.procs: list[subprocess.Popen[bytes]] = []
         self.logs: list[IO[bytes]] = []
 
@@ -46,7 +47,7 @@ class Workers:
         try:
             for _ in range(self.k):
                 self.logs.append(tempfile.TemporaryFile())
-                self.procs.append(subprocess.Popen(self.cmd, env=self.env, cwd=ROOT,
+                self.procs.append(subprocess.Popen(self.cmd, env=self.env, cwd=self.cwd,
                                                    stdout=subprocess.DEVNULL,
                                                    stderr=self.logs[-1]))
         except BaseException:

@@ -124,12 +124,20 @@ op_src AS (
       FROM health h
      WHERE h.gone AND h.gone_seen),""" + core.OP_EMIT
 
+# A first-try success (attempt 1, delivered, nothing noted) is recorded on the delivery
+# row the statement updates anyway (success_ms, success_worker, success_excerpt), not as a
+# delivery_attempts row: one heap row, two index entries and a delete at retention fewer
+# per delivery (migrations/0019_wal.sql; readers see it through delivery_attempt_log).
+_FIRST_TRY = ("(r.state = 'delivered' AND r.outcome = 'delivered' AND r.attempt = 1"
+             " AND r.refund = 0 AND r.error IS NULL AND r.error_class IS NULL)")
+
 # Record many attempts in one statement. Fenced: a row is updated only while it still
 # carries the lease token of the claim that sent it, so a late result after a re-claim
 # changes nothing (its attempt is logged as 'fenced'). 410 Gone disables the endpoint.
 # The operational events of the batch (OPERATIONAL, below) are written by this same
-# statement: they commit with the states they report, or not at all.
-COMPLETE = """
+# statement: they commit with the states they report, or not at all. Every attempt is
+# logged (delivery_attempts) except a first-try success (_FIRST_TRY): its row carries it.
+COMPLETE = ("""
 WITH r AS (
     SELECT * FROM unnest(
         %(ids)s::bigint[], %(tokens)s::uuid[], %(states)s::text[], %(delays)s::float8[],
@@ -149,7 +157,10 @@ upd AS (
            lease_token = NULL,
            last_status = COALESCE(r.status, d.last_status),
            last_error = CASE WHEN r.refund = 1 THEN d.last_error ELSE r.error END,
-           finished_at = CASE WHEN r.state = 'pending' THEN NULL ELSE now() END
+           finished_at = CASE WHEN r.state = 'pending' THEN NULL ELSE now() END,
+           success_ms = CASE WHEN _FIRST_TRY THEN r.duration END,
+           success_worker = CASE WHEN _FIRST_TRY THEN %(worker)s END,
+           success_excerpt = CASE WHEN _FIRST_TRY THEN r.excerpt END
       FROM r
      WHERE d.id = ANY (%(ids)s::bigint[])  -- by primary key, whatever the statistics say
        AND d.id = r.id AND d.lease_token = r.token
@@ -187,10 +198,10 @@ log AS (
     SELECT r.id, r.attempt, CASE WHEN upd.id IS NULL THEN 'fenced' ELSE r.outcome END,
            r.status, r.duration, r.error_class, r.error, r.excerpt, %(worker)s
       FROM r LEFT JOIN upd ON upd.id = r.id
-     WHERE r.refund = 0)
+     WHERE r.refund = 0 AND NOT (upd.id IS NOT NULL AND _FIRST_TRY))
 SELECT count(*) FROM upd
  WHERE (SELECT count(*) FROM advanced) >= 0 AND (SELECT count(*) FROM woken) >= 0
-"""
+""").replace("_FIRST_TRY", _FIRST_TRY)
 
 # Quarantine one delivery whose completion cannot be written (the batched COMPLETE failed
 # on its row alone: e.g. a retry delay from an endpoint's out-of-range numbers overflowing a

@@ -94,7 +94,8 @@ class DeadDelivery:
 
 @dataclass(frozen=True, slots=True)
 class Attempt:
-    """One ``delivery_attempts`` row."""
+    """One attempt of a delivery: a ``delivery_attempts`` row, or a first-try success kept on
+    its delivery row (``delivery_attempt_log``, migrations/0019_wal.sql)."""
 
     attempt: int
     outcome: str

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow  # hostile receivers run into the timeouts
 def _attempt(db_url: str) -> tuple[object, ...]:
     (row,) = rows(db_url, "SELECT d.state, a.outcome, a.status_code, a.error_class, a.error,"
                           " length(a.response_excerpt), a.duration_ms"
-                          " FROM outbox.deliveries d JOIN outbox.delivery_attempts a"
+                          " FROM outbox.deliveries d JOIN outbox.delivery_attempt_log a"
                           " ON a.delivery_id = d.id")
     return row
 

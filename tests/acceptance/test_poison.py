@@ -70,7 +70,7 @@ def _check(db_url: str, rx: Receiver, worker: Worker, poison: uuid.UUID) -> str:
     healthy = [r for r in rx.received if r.path == "/healthy"]
     assert len(healthy) == HEALTHY and len({r.headers["webhook-id"] for r in healthy}) == HEALTHY
     attempts: list[Any] = rows(db_url, """
-        SELECT a.outcome, count(*) FROM outbox.delivery_attempts a
+        SELECT a.outcome, count(*) FROM outbox.delivery_attempt_log a
           JOIN outbox.deliveries d ON d.id = a.delivery_id
          WHERE d.endpoint_id <> %s GROUP BY 1""", (poison,))
     assert attempts == [("delivered", HEALTHY)]

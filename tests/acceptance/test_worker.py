@@ -41,8 +41,12 @@ def test_delivers_signed_requests(db_url: str) -> None:
         assert record.headers["x-team"] == "billing"
         assert json.loads(record.body)["n"] in (0, 1, 2)
     assert states(db_url) == {"delivered": 3}
-    log = rows(db_url, "SELECT attempt, outcome, status_code FROM outbox.delivery_attempts")
-    assert sorted(log) == [(1, "delivered", 200)] * 3
+    log = rows(db_url, "SELECT a.attempt, outcome, status_code, duration_ms > 0, worker <> '',"
+                       " a.created_at = d.finished_at FROM outbox.delivery_attempt_log a"
+                       " JOIN outbox.deliveries d ON d.id = a.delivery_id")
+    assert sorted(log) == [(1, "delivered", 200, True, True, True)] * 3
+    # first-try successes live on their delivery row: no attempt-log row of their own
+    assert rows(db_url, "SELECT count(*) FROM outbox.delivery_attempts") == [(0,)]
 
 
 def test_retry_until_delivered(db_url: str) -> None:

@@ -18,7 +18,7 @@ from tests.support.pg import SCHEMA
 
 SENDER = {"endpoints", "events", "deliveries", "delivery_attempts", "schema_migrations",
           "captures", "endpoint_flow", "event_types", "event_catalog", "endpoint_repairs",
-          "web_sessions_revoked"}
+          "web_sessions_revoked", "delivery_attempt_log"}
 INBOX = {"inbox", "inbox_migrations"}
 
 

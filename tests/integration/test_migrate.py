@@ -26,6 +26,7 @@ def _tables(url: str, schema: str) -> set[str]:
 
 EXPECTED = {"endpoints", "events", "deliveries", "delivery_attempts", "schema_migrations",
             "captures",  # a view (migration 0011)
+            "delivery_attempt_log",  # a view (migration 0019)
             "event_types", "event_catalog", "endpoint_flow", "endpoint_repairs",
             "web_sessions_revoked",
             "delivery_partitions"}  # the partitions' bounds and times (migration 0018)

@@ -70,13 +70,14 @@ SELECT d.id, d.endpoint_id, ep.url AS endpoint_url, d.state, d.attempts,
  ORDER BY d.id
 """
 
-# Every attempt of those deliveries, oldest first (by delivery_attempts_delivery).
+# Every attempt of those deliveries, oldest first (by delivery_attempts_delivery, and a
+# first-try success from its delivery row by primary key: the view delivery_attempt_log).
 ATTEMPTS_OF = """
 SELECT delivery_id, attempt, outcome, status_code, duration_ms, error_class, error,
        response_excerpt, worker, created_at
-  FROM {schema}.delivery_attempts
+  FROM {schema}.delivery_attempt_log
  WHERE delivery_id = ANY (%s::bigint[])
- ORDER BY delivery_id, id
+ ORDER BY delivery_id, created_at, id
 """
 
 # Which of these deliveries go to an endpoint of tenant %(owner)s (the portal's scope check

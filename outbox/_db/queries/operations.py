@@ -219,12 +219,14 @@ SELECT d.id, d.state, d.key IS NOT NULL AS holds_key,
  WHERE d.id = ANY (%s::bigint[])
 """
 
+# Every attempt of one delivery, oldest first: the attempt log's rows and a first-try
+# success kept on the delivery row (the view delivery_attempt_log, migrations/0019_wal.sql).
 DELIVERY_ATTEMPTS = """
 SELECT attempt, outcome, status_code, duration_ms, error_class, error, response_excerpt,
        worker, created_at
-  FROM {schema}.delivery_attempts
+  FROM {schema}.delivery_attempt_log
  WHERE delivery_id = %s
- ORDER BY id
+ ORDER BY created_at, id
 """
 
 # --- stats (outbox.admin.stats) ----------------------------------------------------------------
