@@ -142,10 +142,15 @@ def test_two_schemas_do_not_wake_each_other(db_url: str) -> None:
 def test_killed_listener_is_reestablished_and_nothing_stalls(db_url: str) -> None:
     def listener_pid() -> int | None:
         with psycopg.connect(db_url, autocommit=True) as c:
+            # the listener's sentinel lock (delivery/queries/wakeup.py), not any advisory
+            # lock: the partition manager holds one of its own for a moment on each pass
             row = c.execute("SELECT pid FROM pg_locks WHERE locktype = 'advisory'"
-                            " AND mode = 'ExclusiveLock' AND granted"
+                            " AND mode = 'ExclusiveLock' AND granted AND objsubid = 2"
+                            " AND classid = hashtext('outbox.wakeup.sentinel')::oid"
+                            " AND objid = hashtext(%s)::oid"
                             " AND database = (SELECT oid FROM pg_database"
-                            " WHERE datname = current_database()) LIMIT 1").fetchone()
+                            " WHERE datname = current_database()) LIMIT 1",
+                            (f'"{SCHEMA}"',)).fetchone()  # {schema} renders quoted
             return int(row[0]) if row else None
 
     async def scenario(rx: Receiver) -> None:
