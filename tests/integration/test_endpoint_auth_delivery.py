@@ -37,7 +37,7 @@ def _update(db_url: str, endpoint: Any, **changes: Any) -> None:
 
 
 def _attempt_texts(db_url: str) -> str:
-    return repr(execute(db_url, f"SELECT * FROM {SCHEMA}.delivery_attempts"))
+    return repr(execute(db_url, f"SELECT * FROM {SCHEMA}.delivery_attempt_log"))
 
 
 def test_secret_headers_and_bearer_then_basic_arrive_with_each_delivery(

@@ -16,7 +16,7 @@ from outbox.admin import migrations as migrate_module
 from outbox.admin.migrations import available, migrate
 from outbox.testing.receiver import Receiver
 from tests.support.pg import SCHEMA
-from tests.support.workers import add_endpoint, drain, log_of, rows, settings, spawn
+from tests.support.workers import SECRET, add_endpoint, drain, log_of, rows, settings, spawn
 
 SNAPSHOT = ("SELECT id, event_id, endpoint_id, state, attempts, key, last_error"
             " FROM outbox.deliveries ORDER BY id")
@@ -25,12 +25,16 @@ SNAPSHOT = ("SELECT id, event_id, endpoint_id, state, attempts, key, last_error"
 def _populate(url: str, plain: uuid.UUID, ordered: uuid.UUID) -> None:
     """At 0013: 40 events to a plain endpoint (10 delivered with an attempt row, 5 dead,
     5 retrying, 20 pending) and keyed events to an ordered one (key a: a pending head and
-    3 waiting behind it; key b: 3 fresh), as workers of that release leave them."""
+    3 waiting behind it; key b: 3 fresh), as workers of that release leave them. Emitted by
+    that release's own SQL emit (migrations/0011, as of 0013): today's Python emit routes
+    with columns the old schema does not have yet."""
     with psycopg.connect(url) as c:
-        outbox.emit_many(c, [outbox.Event("plain", {"n": n}) for n in range(40)], schema=SCHEMA)
-        outbox.emit_many(c, [outbox.Event("keyed", {"key": k, "n": n}, key=k)
-                             for k in ("a", "b") for n in range(4 if k == "a" else 3)],
-                         schema=SCHEMA)
+        c.execute("SELECT outbox.emit('plain', jsonb_build_object('n', n))"
+                  " FROM generate_series(0, 39) n")
+        for k, count in (("a", 4), ("b", 3)):
+            for n in range(count):
+                c.execute("SELECT outbox.emit('keyed', %s::jsonb, key => %s)",
+                          (json.dumps({"key": k, "n": n}), k))
         c.commit()
     with psycopg.connect(url, autocommit=True) as c:
         ids = [i for (i,) in c.execute("SELECT id FROM outbox.deliveries WHERE endpoint_id = %s"
@@ -54,6 +58,17 @@ def _populate(url: str, plain: uuid.UUID, ordered: uuid.UUID) -> None:
         "delivered": 10, "dead": 5, "pending": 26, "waiting": 3, "fresh": 3}
 
 
+def _old_endpoint(url: str, target: str, event_type: str, ordered: bool = False) -> uuid.UUID:
+    """An endpoint as the 0013 release registers it (today's ``endpoints.add`` writes
+    columns that schema does not have)."""
+    endpoint = uuid.uuid4()
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute("INSERT INTO outbox.endpoints (id, url, secret, event_types, ordered)"
+                  " VALUES (%s, %s, %s, %s, %s)",
+                  (endpoint, target, SECRET, [event_type], ordered))
+    return endpoint
+
+
 def test_upgrade_in_place_loses_nothing_and_delivers_every_pending_row(
         blank_db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     before = [m for m in available() if m.version <= 13]
@@ -62,9 +77,8 @@ def test_upgrade_in_place_loses_nothing_and_delivers_every_pending_row(
     with psycopg.connect(blank_db_url, autocommit=True) as c:
         migrate(c, SCHEMA)
     with Receiver() as rx:
-        plain = add_endpoint(blank_db_url, rx.url + "/plain", event_types=["plain"])
-        ordered = add_endpoint(blank_db_url, rx.url + "/ordered", ordered=True,
-                               event_types=["keyed"])
+        plain = _old_endpoint(blank_db_url, rx.url + "/plain", "plain")
+        ordered = _old_endpoint(blank_db_url, rx.url + "/ordered", "keyed", ordered=True)
         _populate(blank_db_url, plain, ordered)
         snapshot = rows(blank_db_url, SNAPSHOT)
         attempts = rows(blank_db_url, "SELECT * FROM outbox.delivery_attempts ORDER BY id")

@@ -19,6 +19,8 @@ import psycopg
 import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.wait import WebDriverWait
 
 import outbox
 from outbox.admin import types
@@ -182,7 +184,9 @@ def test_customer_opens_a_portal_link_and_adds_an_endpoint(live: Live) -> None:
         browser.find_element(By.ID, "add-description").send_keys("New receiver")
         browser.find_element(By.ID, "add-types").send_keys("invoice.*")
         browser.find_element(By.XPATH, "//button[text()='Add endpoint']").click()
-        secret = browser.find_element(By.ID, "secret").text
+        # the POST's answer is a new page: wait for it (a click need not wait for the load)
+        secret = WebDriverWait(browser, 15).until(
+            expected_conditions.presence_of_element_located((By.ID, "secret"))).text
         assert secret.startswith("whsec_")
         screenshot(browser, "portal-secret")
 
