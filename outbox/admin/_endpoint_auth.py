@@ -255,3 +255,12 @@ def open_all(row: tuple[Any, ...] | None, box: SecretBox) -> DeliveryCredentials
         auth_kind=kind, auth_secret=box.open(secret) if secret else None,
         tls_client_cert=box.open(cert) if cert else None,
         tls_client_key=box.open(key) if key else None)
+
+
+def one_scheme(auth_kind: str | None, oauth2_token_url: str | None) -> None:
+    """Refuse two auth schemes on one endpoint (both set the ``Authorization`` header);
+    the database's endpoints_one_auth_scheme CHECK backs this up."""
+    if auth_kind is not None and oauth2_token_url is not None:
+        raise InvalidEndpoint(f"the endpoint would have both {auth_kind} auth and OAuth2: give"
+                              " one (clear_auth / --no-auth or clear_oauth2 / --no-oauth2"
+                              " removes the other)")

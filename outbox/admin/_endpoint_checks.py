@@ -5,6 +5,7 @@ check raises :class:`~outbox.errors.InvalidEndpoint` and runs before any SQL.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -21,7 +22,7 @@ from outbox._security.ssrf import (
 )
 from outbox.admin._routing import validate_filters
 from outbox.admin.endpoint_options import EndpointOptions, check_headers
-from outbox.errors import InvalidEndpoint
+from outbox.errors import EndpointNotFound, InvalidEndpoint
 
 URL_MAX_LENGTH = 2048
 
@@ -167,3 +168,13 @@ def shared_params(event_types: Sequence[str] | None, headers: Mapping[str, str] 
         **validate_options(options, **values),
         "ordered": flag("ordered", ordered),
     }
+
+
+def parse_id(endpoint_id: str | uuid.UUID) -> uuid.UUID:
+    """``endpoint_id`` as a UUID, or :class:`EndpointNotFound` naming what was given."""
+    if isinstance(endpoint_id, uuid.UUID):
+        return endpoint_id
+    try:
+        return uuid.UUID(endpoint_id)
+    except ValueError:
+        raise EndpointNotFound(f"no endpoint {endpoint_id!r} (ids look like a UUID)") from None

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
-from psycopg.rows import class_row, tuple_row
+from psycopg.rows import class_row
 
 from outbox._db import queries
 from outbox._db.connection import render, translated
@@ -32,6 +32,7 @@ from outbox.admin._endpoint_auth import DeliveryCredentials
 from outbox.admin._endpoint_checks import (
     URL_MAX_LENGTH,
     check_destination,
+    parse_id,
     positive,
     rate_params,
     shared_params,
@@ -40,6 +41,12 @@ from outbox.admin._endpoint_checks import (
     validate_text,
     validate_url,
 )
+from outbox.admin._endpoint_secrets import (
+    box_of,
+    delivery_credentials,
+    signing_secrets,
+    url_credentials,
+)
 from outbox.admin._endpoint_types import Created, Endpoint, Rotated, Updated
 from outbox.admin._routing import validate_scope
 from outbox.admin._signature_keys import PublicKey, public_keys, signing_key
@@ -47,7 +54,6 @@ from outbox.admin.endpoint_oauth2 import OAuth2Options, oauth2_params
 from outbox.admin.endpoint_options import EndpointCredentials, EndpointOptions
 from outbox.admin.filters import filter_params
 from outbox.errors import EndpointNotFound, InvalidEndpoint, OperationRefused
-from outbox.settings import get_settings
 
 __all__ = [
     "ACTORS",
@@ -68,6 +74,7 @@ __all__ = [
     "rotate_secret",
     "set_enabled",
     "signing_secrets",
+    "url_credentials",
     "update",
     "validate_headers",
     "validate_text",
@@ -158,18 +165,18 @@ def add(
                         retry_cap_seconds=retry_cap_seconds,
                         timeout_seconds=timeout_seconds, max_in_flight=max_in_flight),
         **rate_params(rate_limit, rate_burst),
-        **auth.credential_params(credentials, _box(box)),
+        **auth.credential_params(credentials, box_of(box)),
         **filter_params(filter),
     }
     auth.check_change(conn, "", None, params, url)
     key = signing_key(signature, secret)
-    params.update(secret=_box(box).seal(key.secret), signature=signature,
+    params.update(secret=box_of(box).seal(key.secret), signature=signature,
                   public_key=key.public_key)
-    params["url_credentials"] = _box(box).seal(url_secret) if url_secret else None
-    oauth, auth_warnings = oauth2_params(oauth2, box=_box(box), url=url, headers=headers,
+    params["url_credentials"] = box_of(box).seal(url_secret) if url_secret else None
+    oauth, auth_warnings = oauth2_params(oauth2, box=box_of(box), url=url, headers=headers,
                                          allow_networks=allow_networks)
     params.update(oauth)
-    _one_scheme(params["auth_kind"], params["oauth2_token_url"])
+    auth.one_scheme(params["auth_kind"], params["oauth2_token_url"])
     warnings = () if allow_networks is None else check_destination(stored_url, allow_networks)
     row = _one(conn, queries.ENDPOINT_INSERT, schema, params)
     assert row is not None
@@ -187,16 +194,6 @@ def list_all(conn: psycopg.Connection[Any], *, schema: str, tenant: str | None =
         else:
             cur.execute(render(queries.ENDPOINT_LIST_TENANT, schema), (tenant,))
         return cur.fetchall()
-
-
-def parse_id(endpoint_id: str | uuid.UUID) -> uuid.UUID:
-    """``endpoint_id`` as a UUID, or :class:`EndpointNotFound` naming what was given."""
-    if isinstance(endpoint_id, uuid.UUID):
-        return endpoint_id
-    try:
-        return uuid.UUID(endpoint_id)
-    except ValueError:
-        raise EndpointNotFound(f"no endpoint {endpoint_id!r} (ids look like a UUID)") from None
 
 
 def get(conn: psycopg.Connection[Any], endpoint_id: str | uuid.UUID, *, schema: str) -> Endpoint:
@@ -300,7 +297,7 @@ def update(
         url, url_secret = split_url(url)
     params = {
         "id": eid, "url": url,
-        "url_credentials": _box(box).seal(url_secret) if url_secret else None,
+        "url_credentials": box_of(box).seal(url_secret) if url_secret else None,
         "description": validate_text("description", description),
         "set_types": bool(event_types) or all_event_types, "clear_headers": clear_headers,
         **shared_params(event_types, headers, ordered, options, max_attempts=max_attempts,
@@ -310,7 +307,7 @@ def update(
         **rate_params(rate_limit, rate_burst, has_rate=rate_limit is None and (
             rate_burst is None or get(conn, eid, schema=schema).rate_limit is not None)),
         "clear_rate_limit": bool(clear_rate_limit),
-        **auth.credential_params(credentials, _box(box)),
+        **auth.credential_params(credentials, box_of(box)),
         **filter_params(filter, clear_filter),
     }
     oauth, warnings = _update_oauth2(conn, eid, schema, oauth2, clear_oauth2, url=url,
@@ -326,22 +323,13 @@ def update(
         auth.check_change(conn, schema, eid, params, url)
         if params["set_auth"] or params["oauth2_token_url"] is not None:
             now = get(conn, eid, schema=schema)
-            _one_scheme(params["auth_kind"] if params["set_auth"] else now.auth_kind,
+            auth.one_scheme(params["auth_kind"] if params["set_auth"] else now.auth_kind,
                         None if params["oauth2_clear"]
                         else params["oauth2_token_url"] or now.oauth2_token_url)
         row = _one(conn, queries.ENDPOINT_UPDATE, schema, params)
     if row is None:
         raise EndpointNotFound(f"no endpoint {eid}")
     return Updated(row, warnings)
-
-
-def _one_scheme(auth_kind: str | None, oauth2_token_url: str | None) -> None:
-    """Refuse two auth schemes on one endpoint (both set the ``Authorization`` header);
-    the database's endpoints_one_auth_scheme CHECK backs this up."""
-    if auth_kind is not None and oauth2_token_url is not None:
-        raise InvalidEndpoint(f"the endpoint would have both {auth_kind} auth and OAuth2: give"
-                              " one (clear_auth / --no-auth or clear_oauth2 / --no-oauth2"
-                              " removes the other)")
 
 
 def _update_oauth2(conn: psycopg.Connection[Any], eid: uuid.UUID, schema: str,
@@ -351,10 +339,10 @@ def _update_oauth2(conn: psycopg.Connection[Any], eid: uuid.UUID, schema: str,
                    ) -> tuple[dict[str, Any], tuple[str, ...]]:
     """``update``'s OAuth2 parameters, checked against the endpoint as it will be."""
     if not clear and (oauth2 is None or not oauth2.given()) and not headers and url is None:
-        return oauth2_params(None, box=_box(box), url=None, headers=None)
+        return oauth2_params(None, box=box_of(box), url=None, headers=None)
     current = get(conn, eid, schema=schema)
     merged = {**({} if clear_headers else current.headers), **(headers or {})}
-    return oauth2_params(oauth2, box=_box(box), url=url or current.url, headers=merged,
+    return oauth2_params(oauth2, box=box_of(box), url=url or current.url, headers=merged,
                          current=current.oauth2_token_url is not None, clear=clear,
                          allow_networks=allow_networks)
 
@@ -412,7 +400,7 @@ def rotate_secret(
         raise InvalidEndpoint(f"grace must not be negative, got {grace}")
     current = get(conn, eid, schema=schema)
     key = signing_key(current.signature, secret)
-    params = {"id": eid, "grace": grace.total_seconds(), "secret": _box(box).seal(key.secret),
+    params = {"id": eid, "grace": grace.total_seconds(), "secret": box_of(box).seal(key.secret),
               "force": force, "signature": current.signature, "public_key": key.public_key}
     row = _one(conn, queries.ENDPOINT_ROTATE_SECRET, schema, params)
     if row is None:
@@ -423,52 +411,3 @@ def rotate_secret(
             " rotating again now would stop it early (wait, or use --force)"
         )
     return Rotated(row, None if key.public_key else key.secret)
-
-
-def signing_secrets(
-    conn: psycopg.Connection[Any], endpoint_id: str | uuid.UUID, *, schema: str,
-    box: SecretBox | None = None,
-) -> list[str]:
-    """The secrets that sign a request to this endpoint now: current first, then the
-    previous one while its grace runs. For sending (``ping``) only: never display them."""
-    eid = parse_id(endpoint_id)
-    with translated(), conn.cursor(row_factory=tuple_row) as cur:  # (current, previous)
-        cur.execute(render(queries.ENDPOINT_SIGNING_SECRETS, schema), (eid,))
-        row = cur.fetchone()
-    if row is None:
-        raise EndpointNotFound(f"no endpoint {eid}")
-    return [_box(box).open(str(s)) for s in row if s]
-
-
-def url_credentials(
-    conn: psycopg.Connection[Any], endpoint_id: str | uuid.UUID, *, schema: str,
-    box: SecretBox | None = None,
-) -> str | None:
-    """The opened ``user:pass`` of a broker endpoint's URL, None if it has none. For
-    connecting (``ping``) only: never display them."""
-    eid = parse_id(endpoint_id)
-    with translated(), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(render(queries.ENDPOINT_CREDENTIALS, schema), (eid,))
-        row = cur.fetchone()
-    if row is None:
-        raise EndpointNotFound(f"no endpoint {eid}")
-    return _box(box).open(str(row[0])) if row[0] else None
-
-
-def delivery_credentials(
-    conn: psycopg.Connection[Any], endpoint_id: str | uuid.UUID, *, schema: str,
-    box: SecretBox | None = None,
-) -> DeliveryCredentials:
-    """The endpoint's secret headers, auth and TLS client certificate, opened. For sending
-    (``ping``) only: never display them."""
-    eid = parse_id(endpoint_id)
-    with translated(), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(render(queries.ENDPOINT_AUTH_SECRETS, schema), (eid,))
-        row = cur.fetchone()
-    if row is None:
-        raise EndpointNotFound(f"no endpoint {eid}")
-    return auth.open_all(row, _box(box))
-
-
-def _box(box: SecretBox | None) -> SecretBox:
-    return box if box is not None else get_settings().secret_box()

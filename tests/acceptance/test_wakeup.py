@@ -153,18 +153,28 @@ def test_killed_listener_is_reestablished_and_nothing_stalls(db_url: str) -> Non
                             (f'"{SCHEMA}"',)).fetchone()  # {schema} renders quoted
             return int(row[0]) if row else None
 
+    async def armed_pid(timeout: float = 5.0) -> int | None:
+        """The listener's pid once it holds the sentinel: an idle worker re-arms after
+        each claim that found work, so the lock comes and goes while it delivers."""
+        deadline = time.monotonic() + timeout
+        while (pid := await asyncio.to_thread(listener_pid)) is None:
+            if time.monotonic() > deadline:
+                return None
+            await asyncio.sleep(0.02)
+        return pid
+
     async def scenario(rx: Receiver) -> None:
         async with running(settings(db_url, poll_interval_seconds=SLOW_POLL)) as worker:
             waker = worker.waker
             assert waker is not None
-            first = await asyncio.to_thread(listener_pid)
+            first = await armed_pid()
             assert first is not None
             with psycopg.connect(db_url, autocommit=True) as c:
                 c.execute("SELECT pg_terminate_backend(%s)", (first,))
             await emit_one(db_url)  # while the listener is down or coming back
             assert await until(lambda: len(rx.received) == 1)
             assert await until(lambda: waker.connected and waker.armed)
-            second = await asyncio.to_thread(listener_pid)
+            second = await armed_pid()
             assert second is not None and second != first
             await emit_one(db_url)  # woken by NOTIFY again on the new connection
             assert await until(lambda: len(rx.received) == 2)

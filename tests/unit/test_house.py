@@ -49,7 +49,8 @@ PUBLIC: dict[str, set[str]] = {
         "ACTORS", "Created", "DeliveryCredentials", "Endpoint", "PublicKey", "Rotated",
         "URL_MAX_LENGTH", "Updated", "add", "check_destination", "delivery_credentials", "get",
         "list_all", "parse_id", "public_keys", "rotate_secret", "set_enabled",
-        "signing_secrets", "update", "validate_headers", "validate_text", "validate_url",
+        "signing_secrets", "update", "url_credentials", "validate_headers", "validate_text",
+        "validate_url",
     },
     "outbox.admin.filters": {
         "COMPARISONS", "FILTER_MAX_BYTES", "FILTER_MAX_CONDITIONS", "FILTER_MAX_DEPTH",
