@@ -27,12 +27,7 @@ def signing_secrets(
 ) -> list[str]:
     """The secrets that sign a request to this endpoint now: current first, then the
     previous one while its grace runs. For sending (``ping``) only: never display them."""
-    eid = parse_id(endpoint_id)
-    with translated(), conn.cursor(row_factory=tuple_row) as cur:  # (current, previous)
-        cur.execute(render(queries.ENDPOINT_SIGNING_SECRETS, schema), (eid,))
-        row = cur.fetchone()
-    if row is None:
-        raise EndpointNotFound(f"no endpoint {eid}")
+    row = _row(conn, queries.ENDPOINT_SIGNING_SECRETS, endpoint_id, schema)  # (current, previous)
     return [box_of(box).open(str(s)) for s in row if s]
 
 
@@ -42,12 +37,7 @@ def url_credentials(
 ) -> str | None:
     """The opened ``user:pass`` of a broker endpoint's URL, None if it has none. For
     connecting (``ping``) only: never display them."""
-    eid = parse_id(endpoint_id)
-    with translated(), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(render(queries.ENDPOINT_CREDENTIALS, schema), (eid,))
-        row = cur.fetchone()
-    if row is None:
-        raise EndpointNotFound(f"no endpoint {eid}")
+    row = _row(conn, queries.ENDPOINT_CREDENTIALS, endpoint_id, schema)
     return box_of(box).open(str(row[0])) if row[0] else None
 
 
@@ -57,13 +47,20 @@ def delivery_credentials(
 ) -> DeliveryCredentials:
     """The endpoint's secret headers, auth and TLS client certificate, opened. For sending
     (``ping``) only: never display them."""
+    row = _row(conn, queries.ENDPOINT_AUTH_SECRETS, endpoint_id, schema)
+    return auth.open_all(row, box_of(box))
+
+
+def _row(conn: psycopg.Connection[Any], statement: str, endpoint_id: str | uuid.UUID,
+         schema: str) -> tuple[Any, ...]:
+    """The endpoint's row of ``statement`` (by id), or :class:`EndpointNotFound`."""
     eid = parse_id(endpoint_id)
     with translated(), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(render(queries.ENDPOINT_AUTH_SECRETS, schema), (eid,))
+        cur.execute(render(statement, schema), (eid,))
         row = cur.fetchone()
     if row is None:
         raise EndpointNotFound(f"no endpoint {eid}")
-    return auth.open_all(row, box_of(box))
+    return row
 
 
 def box_of(box: SecretBox | None) -> SecretBox:
