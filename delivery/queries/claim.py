@@ -157,7 +157,7 @@ BUDGET = """
 """
 
 # deliveries_pending_by_endpoint's predicate, and the floor (below)
-_PENDING = "state = 'pending' AND visible_at < 'infinity' AND id >= FLOOR"
+_PENDING = "state = 'pending' AND visible_at < 'infinity' AND id >= %(floor)s::bigint"
 # The floor (%(floor)s: the worker passes {schema}.claim_floor(), re-read every second;
 # migrations/0018_partitioned_history.sql): deliveries is partitioned by id, and every
 # partition below the floor holds no pending, fresh or waiting row, so `id >= floor` on every
@@ -165,9 +165,9 @@ _PENDING = "state = 'pending' AND visible_at < 'infinity' AND id >= FLOOR"
 # planning and index probes follow the partitions with queued work (about two), not every
 # partition kept. Its price: the ring's steps read one heap row each (the id), where they
 # were index-only. The lowest bigint: no floor.
-_FLOOR = "%(floor)s::bigint"
 _LAST_UUID = "'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid"
-CLAIM = ("""
+_LOCK_ORDER_F = core.ORDERED_LOCK_ORDER.format(ep="f.endpoint_id", key="f.key")
+CLAIM = """
 WITH RECURSIVE ring (endpoint_id, oldest, n, due, wrapped, after) AS (
     (SELECT head.endpoint_id, head.visible_at, 1, (head.visible_at <= now())::int,
             head.wrapped, cur.after
@@ -175,11 +175,11 @@ WITH RECURSIVE ring (endpoint_id, oldest, n, due, wrapped, after) AS (
                  AS after) cur
       CROSS JOIN LATERAL (
           (SELECT endpoint_id, visible_at, false AS wrapped FROM {schema}.deliveries
-            WHERE PENDING AND endpoint_id > cur.after
+            WHERE """ + _PENDING + """ AND endpoint_id > cur.after
             ORDER BY endpoint_id, visible_at LIMIT 1)
           UNION ALL
           (SELECT endpoint_id, visible_at, true FROM {schema}.deliveries
-            WHERE PENDING
+            WHERE """ + _PENDING + """
             ORDER BY endpoint_id, visible_at LIMIT 1)
           LIMIT 1) head)
   UNION ALL
@@ -188,13 +188,14 @@ WITH RECURSIVE ring (endpoint_id, oldest, n, due, wrapped, after) AS (
       FROM ring r
      CROSS JOIN LATERAL (
           (SELECT endpoint_id, visible_at, r.wrapped AS wrapped FROM {schema}.deliveries
-            WHERE PENDING AND endpoint_id > r.endpoint_id
-              AND endpoint_id <= CASE WHEN r.wrapped THEN COALESCE(r.after, LAST_UUID)
-                                      ELSE LAST_UUID END
+            WHERE """ + _PENDING + """ AND endpoint_id > r.endpoint_id
+              AND endpoint_id <= CASE WHEN r.wrapped
+                                      THEN COALESCE(r.after, """ + _LAST_UUID + """)
+                                      ELSE """ + _LAST_UUID + """ END
             ORDER BY endpoint_id, visible_at LIMIT 1)
           UNION ALL
           (SELECT endpoint_id, visible_at, true FROM {schema}.deliveries
-            WHERE NOT r.wrapped AND PENDING AND endpoint_id <= r.after
+            WHERE NOT r.wrapped AND """ + _PENDING + """ AND endpoint_id <= r.after
             ORDER BY endpoint_id, visible_at LIMIT 1)
           LIMIT 1) nxt
      WHERE r.due < %(limit)s AND r.n < greatest(4 * %(limit)s, 100)),
@@ -207,7 +208,7 @@ share AS MATERIALIZED (
       FROM ring),
 cand AS MATERIALIZED (
     SELECT id, endpoint_id, visible_at FROM {schema}.deliveries
-     WHERE state = 'pending' AND visible_at <= now() AND id >= FLOOR
+     WHERE state = 'pending' AND visible_at <= now() AND id >= %(floor)s::bigint
      ORDER BY visible_at
      LIMIT 2 * %(limit)s),
 budget AS MATERIALIZED (""" + BUDGET + """),
@@ -217,26 +218,28 @@ picked AS MATERIALIZED (
       JOIN budget b ON b.endpoint_id = r.endpoint_id
      CROSS JOIN LATERAL (
           SELECT id FROM {schema}.deliveries
-           WHERE PENDING AND endpoint_id = r.endpoint_id AND visible_at <= now()
+           WHERE """ + _PENDING + """
+             AND endpoint_id = r.endpoint_id AND visible_at <= now()
            ORDER BY visible_at
            LIMIT least((SELECT k FROM share), b.n)
              FOR UPDATE SKIP LOCKED) p
      WHERE r.oldest <= now() AND b.n > 0),
 fresh (id, endpoint_id, key, n) AS (
     (SELECT id, endpoint_id, key, 1 FROM {schema}.deliveries
-      WHERE state = 'fresh' AND id >= FLOOR ORDER BY id LIMIT 1)
+      WHERE state = 'fresh' AND id >= %(floor)s::bigint ORDER BY id LIMIT 1)
   UNION ALL
     SELECT nxt.id, nxt.endpoint_id, nxt.key, f.n + 1
       FROM fresh f
      CROSS JOIN LATERAL (
           SELECT id, endpoint_id, key FROM {schema}.deliveries
-           WHERE state = 'fresh' AND id > f.id AND id >= FLOOR ORDER BY id LIMIT 1) nxt
+           WHERE state = 'fresh' AND id > f.id AND id >= %(floor)s::bigint
+           ORDER BY id LIMIT 1) nxt
      WHERE f.n < greatest(4 * %(limit)s, 100)),
 placed AS MATERIALIZED (
     SELECT {schema}.ordered_place(f.endpoint_id, f.key, f.ids) AS promoted
       FROM (SELECT endpoint_id, key, array_agg(id ORDER BY id) AS ids FROM fresh
              GROUP BY endpoint_id, key) f
-     ORDER BY LOCK_ORDER_F),
+     ORDER BY """ + _LOCK_ORDER_F + """),
 fill AS MATERIALIZED (
     SELECT d.id, d.endpoint_id FROM {schema}.deliveries d
      WHERE d.id = ANY (ARRAY(
@@ -252,7 +255,7 @@ fill AS MATERIALIZED (
            WHERE c.rn <= c.room
            ORDER BY c.visible_at
            LIMIT greatest(%(limit)s - (SELECT count(*) FROM picked), 0)))
-       AND d.state = 'pending' AND d.visible_at <= now() AND d.id >= FLOOR
+       AND d.state = 'pending' AND d.visible_at <= now() AND d.id >= %(floor)s::bigint
        FOR UPDATE SKIP LOCKED),
 took AS (
     UPDATE {schema}.endpoint_flow f
@@ -269,7 +272,7 @@ claimed AS (
            attempts = d.attempts + 1,
            lease_token = %(token)s
      WHERE d.id = ANY (ARRAY(SELECT id FROM picked UNION ALL SELECT id FROM fill))
-       AND d.id >= FLOOR
+       AND d.id >= %(floor)s::bigint
        AND (SELECT after IS NOT NULL FROM share) AND (SELECT count(*) FROM placed) >= 0
     RETURNING d.id, d.event_id, d.endpoint_id, d.attempts, d.lease_token)
 SELECT c.id AS delivery_id, c.attempts AS attempt, c.lease_token AS token, c.event_id,
@@ -287,9 +290,7 @@ SELECT c.id AS delivery_id, c.attempts AS attempt, c.lease_token AS token, c.eve
                        WHERE e.id = c.event_id LIMIT 1) ev
   CROSS JOIN LATERAL (SELECT * FROM {schema}.endpoints p
                        WHERE p.id = c.endpoint_id LIMIT 1) ep
-""").replace("PENDING", _PENDING).replace("FLOOR", _FLOOR).replace(
-    "LAST_UUID", _LAST_UUID).replace(
-    "LOCK_ORDER_F", core.ORDERED_LOCK_ORDER.format(ep="f.endpoint_id", key="f.key"))
+"""
 
 CLAIM_POSITION_SET = "SELECT set_config('outbox.claim_after', %s, true)"
 CLAIM_POSITION_GET = "SELECT current_setting('outbox.claim_after', true)"

@@ -137,7 +137,7 @@ _FIRST_TRY = ("(r.state = 'delivered' AND r.outcome = 'delivered' AND r.attempt 
 # The operational events of the batch (OPERATIONAL, below) are written by this same
 # statement: they commit with the states they report, or not at all. Every attempt is
 # logged (delivery_attempts) except a first-try success (_FIRST_TRY): its row carries it.
-COMPLETE = ("""
+COMPLETE = """
 WITH r AS (
     SELECT * FROM unnest(
         %(ids)s::bigint[], %(tokens)s::uuid[], %(states)s::text[], %(delays)s::float8[],
@@ -158,9 +158,9 @@ upd AS (
            last_status = COALESCE(r.status, d.last_status),
            last_error = CASE WHEN r.refund = 1 THEN d.last_error ELSE r.error END,
            finished_at = CASE WHEN r.state = 'pending' THEN NULL ELSE now() END,
-           success_ms = CASE WHEN _FIRST_TRY THEN r.duration END,
-           success_worker = CASE WHEN _FIRST_TRY THEN %(worker)s END,
-           success_excerpt = CASE WHEN _FIRST_TRY THEN r.excerpt END
+           success_ms = CASE WHEN """ + _FIRST_TRY + """ THEN r.duration END,
+           success_worker = CASE WHEN """ + _FIRST_TRY + """ THEN %(worker)s END,
+           success_excerpt = CASE WHEN """ + _FIRST_TRY + """ THEN r.excerpt END
       FROM r
      WHERE d.id = ANY (%(ids)s::bigint[])  -- by primary key, whatever the statistics say
        AND d.id = r.id AND d.lease_token = r.token
@@ -198,10 +198,10 @@ log AS (
     SELECT r.id, r.attempt, CASE WHEN upd.id IS NULL THEN 'fenced' ELSE r.outcome END,
            r.status, r.duration, r.error_class, r.error, r.excerpt, %(worker)s
       FROM r LEFT JOIN upd ON upd.id = r.id
-     WHERE r.refund = 0 AND NOT (upd.id IS NOT NULL AND _FIRST_TRY))
+     WHERE r.refund = 0 AND NOT (upd.id IS NOT NULL AND """ + _FIRST_TRY + """))
 SELECT count(*) FROM upd
  WHERE (SELECT count(*) FROM advanced) >= 0 AND (SELECT count(*) FROM woken) >= 0
-""").replace("_FIRST_TRY", _FIRST_TRY)
+"""
 
 # Quarantine one delivery whose completion cannot be written (the batched COMPLETE failed
 # on its row alone: e.g. a retry delay from an endpoint's out-of-range numbers overflowing a

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import pkgutil
 import re
@@ -215,3 +216,22 @@ def test_every_statement_of_the_worker_registry_is_exported() -> None:
         assert not missing, f"{info.name}: not re-exported by outbox.delivery.queries: {missing}"
         unbound = {n for n in names if getattr(queries, n) is not getattr(module, n)}
         assert not unbound, f"{info.name}: outbox.delivery.queries.NAME differs: {unbound}"
+
+
+def _registry_sources() -> list[Path]:
+    return sorted([*(ROOT / "outbox" / "_db" / "queries").glob("*.py"),
+                   *(ROOT / "delivery" / "queries").glob("*.py")])
+
+
+@pytest.mark.parametrize("path", _registry_sources(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_sql_registries_build_no_statement_by_string_surgery(path: Path) -> None:
+    """A statement is its text, joined from named fragments at most: never another
+    statement with words replaced (``.replace``), and no module-level ``assert`` guarding
+    one (``python -O`` removes it)."""
+    tree = ast.parse(path.read_text())
+    surgery = [node.lineno for node in ast.walk(tree)
+               if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+               and node.func.attr in ("replace", "sub")]
+    asserts = [node.lineno for node in tree.body if isinstance(node, ast.Assert)]
+    assert not surgery, f"{path.name}: SQL built by .replace()/re.sub() at lines {surgery}"
+    assert not asserts, f"{path.name}: module-level assert at lines {asserts}"

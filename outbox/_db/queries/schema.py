@@ -19,7 +19,7 @@ BEGIN_TRANSACTION = "SELECT 1"
 # Saved before and restored after the migrations run in a caller's transaction.
 SHOW_SEARCH_PATH = "SELECT current_setting('search_path')"
 RESTORE_SEARCH_PATH = "SELECT set_config('search_path', %s, true)"
-# `outbox migrate`'s first statement, before the lock (outbox.migrate.migrate).
+# `outbox migrate`'s first statement, before the lock (outbox.admin.migrations.migrate).
 MIGRATION_READ_COMMITTED = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"
 # Two processes migrating the same schema at once: the second waits, then finds nothing to do.
 MIGRATION_LOCK = "SELECT pg_advisory_xact_lock(hashtext('outbox.admin.migrations'), hashtext(%s))"
@@ -44,6 +44,17 @@ DELETE FROM {schema}.inbox i
          WHERE received_at < %(cutoff)s ORDER BY received_at LIMIT %(limit)s) old
  WHERE i.source = old.source AND i.webhook_id = old.webhook_id
 """
-INBOX_MIGRATIONS_TABLE = MIGRATIONS_TABLE.replace("schema_migrations", "inbox_migrations")
-INBOX_MIGRATIONS_APPLIED = MIGRATIONS_APPLIED.replace("schema_migrations", "inbox_migrations")
-INBOX_MIGRATION_RECORD = MIGRATION_RECORD.replace("schema_migrations", "inbox_migrations")
+# The inbox's own migrations (migrations/inbox_*.sql), recorded apart from outbox's: the
+# same three statements as MIGRATIONS_TABLE, MIGRATIONS_APPLIED and MIGRATION_RECORD above,
+# on {schema}.inbox_migrations.
+INBOX_MIGRATIONS_TABLE = """
+CREATE TABLE IF NOT EXISTS {schema}.inbox_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    checksum   text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now())
+"""
+INBOX_MIGRATIONS_APPLIED = "SELECT version, name, checksum FROM {schema}.inbox_migrations"
+INBOX_MIGRATION_RECORD = """
+INSERT INTO {schema}.inbox_migrations (version, name, checksum) VALUES (%s, %s, %s)
+"""
