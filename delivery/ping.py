@@ -57,8 +57,8 @@ def ping_job(endpoint: Endpoint, secrets: Sequence[str], now: dt.datetime,
              oauth2_secret: str | None = None) -> Job:
     """The one-attempt job for a ping of ``endpoint`` at ``now``, signed by ``secrets``
     (current first, then the previous one while its grace runs); ``credentials``: a broker
-    URL's (``outbox.endpoints.url_credentials``); ``auth``: the endpoint's secret headers,
-    auth and TLS client certificate (``outbox.endpoints.delivery_credentials``);
+    URL's (``outbox.admin.endpoints.url_credentials``); ``auth``: the endpoint's secret headers,
+    auth and TLS client certificate (``outbox.admin.endpoints.delivery_credentials``);
     ``oauth2_secret``: the OAuth2 client secret of an endpoint with OAuth2
     (``outbox.admin.endpoint_oauth2.client_secret``)."""
     auth = auth if auth is not None else DeliveryCredentials()

@@ -1,7 +1,7 @@
 """An endpoint's delivery options and custom headers, defined once.
 
 :class:`EndpointOptions` is the one definition of the per-endpoint overrides of the
-worker's settings: their types, ranges and help. :mod:`outbox.endpoints` validates
+worker's settings: their types, ranges and help. :mod:`outbox.admin.endpoints` validates
 ``add``/``update`` with it, the CLI builds its ``--option`` flags from its fields
 (:func:`outbox.cli.params.delivery_options`), the JSON API's request bodies inherit it
 (:mod:`outbox.web.models`), and the docs' limits table is its :func:`limits`. A new option

@@ -1,5 +1,5 @@
 """The replay confirmation both the console and the portal show: a dry run
-(:func:`outbox.admin.rp.plan_replay`) of the selection, then a form that runs it.
+(:func:`outbox.admin.replay.plan_replay`) of the selection, then a form that runs it.
 
 A selection arrives as query or form fields, the CLI's selectors: ``ids`` (comma-separated
 delivery ids), ``endpoint`` (an endpoint id), ``event_type`` and ``tenant``. Parsing

@@ -79,11 +79,24 @@ def test_links_are_found() -> None:
     assert len(links) >= 15
 
 
-@pytest.mark.parametrize("doc", [*DOCUMENTS, ROOT / "bench" / "README.md"], ids=name)
+# Every Markdown file of the repository, the docs site's and the others (bench/, tests/...).
+EVERY_MARKDOWN = sorted(p for p in ROOT.rglob("*.md")
+                        if not {".venv", "site", ".git", "node_modules"} & set(p.parts)
+                        and ".egg-info" not in p.as_posix())
+
+
+@pytest.mark.parametrize("doc", EVERY_MARKDOWN, ids=name)
 def test_no_issue_numbers_or_missing_files(doc: Path) -> None:
     text = doc.read_text()
     assert not re.findall(r"\bissues?\s*#?\d+", text, re.I), f"{name(doc)} cites an issue"
     assert "DESIGN.md" not in text, f"{name(doc)} cites DESIGN.md, not in the repository"
+
+
+def test_every_markdown_file_is_checked() -> None:
+    """The list above finds the pages outside docs/ too."""
+    names = {name(p) for p in EVERY_MARKDOWN}
+    assert {"README.md", "bench/README.md", "docs/index.md",
+            "tests/django_project/README.md"} <= names
 
 
 def test_readme_is_short_and_keeps_the_two_commands() -> None:

@@ -235,3 +235,45 @@ def test_the_sql_registries_build_no_statement_by_string_surgery(path: Path) -> 
     asserts = [node.lineno for node in tree.body if isinstance(node, ast.Assert)]
     assert not surgery, f"{path.name}: SQL built by .replace()/re.sub() at lines {surgery}"
     assert not asserts, f"{path.name}: module-level assert at lines {asserts}"
+
+
+ROLE = re.compile(r":(?:mod|func|class|data|attr|meth|exc|obj):`~?(outbox\.[\w.]+)`")
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether ``dotted`` names a module, or an attribute reached from one."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attribute in parts[cut:]:
+            if not hasattr(found, attribute):
+                return False
+            found = getattr(found, attribute)
+        return True
+    return False
+
+
+def test_docstring_cross_references_name_modules_that_exist() -> None:
+    """A ``:mod:``/``:func:``/``:class:``... reference to ``outbox.*`` in the package's
+    sources names something importable: a module that moved leaves no stale path."""
+    sources = [p for p in [*(ROOT / "outbox").rglob("*.py"), *(ROOT / "delivery").rglob("*.py")]
+               if "outbox/delivery" not in p.as_posix()]
+    stale = [f"{p.relative_to(ROOT)}: {ref}" for p in sources
+             for ref in ROLE.findall(p.read_text()) if not _resolves(ref)]
+    assert sources and not stale, f"references to nothing: {stale}"
+
+
+def test_no_source_file_cites_an_issue_number() -> None:
+    """Code, SQL, configuration and scripts say why, not which ticket (no "issue" followed
+    by its number)."""
+    suffixes = {".py", ".sql", ".toml", ".yml", ".yaml", ".sh", ".html", ".css", ".cfg", ".ini"}
+    skip = {".venv", "site", ".git", "node_modules", "__pycache__"}
+    files = [p for p in ROOT.rglob("*") if p.suffix in suffixes and p.is_file()
+             and not skip & set(p.relative_to(ROOT).parts)
+             and ".egg-info" not in p.as_posix() and "outbox/delivery" not in p.as_posix()]
+    cited = [f"{p.relative_to(ROOT)}: {m}" for p in files
+             for m in re.findall(r"\bissues?\s*#?\d+", p.read_text(errors="replace"), re.I)]
+    assert len(files) > 100 and not cited, f"issue numbers cited: {cited}"
