@@ -53,6 +53,21 @@ from outbox.signing import generate_secret
 from outbox.testing import postgres
 from outbox.testing.receiver import Receiver
 
+__all__ = [
+    "TemplateSetup",
+    "outbox_blank_database_url",
+    "outbox_database_url",
+    "outbox_endpoint",
+    "outbox_receiver",
+    "outbox_schema",
+    "outbox_server_url",
+    "outbox_template_database",
+    "outbox_template_setup",
+    "outbox_webhook_secret",
+    "pytest_addoption",
+]
+
+#: What ``outbox_template_setup`` returns: run once on the template database's connection.
 TemplateSetup = Callable[[psycopg.Connection[Any]], None]
 
 

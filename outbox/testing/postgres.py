@@ -36,6 +36,19 @@ from outbox.admin.migrations import migrate
 from outbox.errors import ConfigurationError
 from outbox.settings import mask_url
 
+__all__ = [
+    "LOCAL_URL",
+    "TempCluster",
+    "create_database",
+    "create_template",
+    "dbname",
+    "drop_database",
+    "find_or_start",
+    "for_demo",
+    "reachable",
+    "with_dbname",
+]
+
 LOCAL_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 

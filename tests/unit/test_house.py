@@ -277,3 +277,26 @@ def test_no_source_file_cites_an_issue_number() -> None:
     cited = [f"{p.relative_to(ROOT)}: {m}" for p in files
              for m in re.findall(r"\bissues?\s*#?\d+", p.read_text(errors="replace"), re.I)]
     assert len(files) > 100 and not cited, f"issue numbers cited: {cited}"
+
+
+def test_every_public_module_of_outbox_testing_declares_its_api() -> None:
+    """outbox.testing's own modules (the plugin, the receiver, the throwaway PostgreSQL,
+    captured events) are imported by users' suites by name: each declares ``__all__``,
+    every name in it exists, and the plugin's lists every fixture it defines."""
+    import outbox.testing
+
+    names = [m.name for m in pkgutil.iter_modules(outbox.testing.__path__, "outbox.testing.")
+             if not _private(m.name)]
+    assert {"outbox.testing.plugin", "outbox.testing.postgres",
+            "outbox.testing.receiver", "outbox.testing.events"} <= set(names)
+    for name in names:
+        module = importlib.import_module(name)
+        declared = getattr(module, "__all__", None)
+        assert declared is not None, f"{name} declares no __all__"
+        assert sorted(declared) == sorted(set(declared)), f"{name}.__all__ repeats a name"
+        assert all(hasattr(module, n) for n in declared), f"{name}.__all__ names a missing one"
+    plugin = importlib.import_module("outbox.testing.plugin")
+    fixtures = {n for n, v in vars(plugin).items()
+                if hasattr(v, "_fixture_function_marker") or hasattr(v, "_pytestfixturefunction")
+                or type(v).__name__ == "FixtureFunctionDefinition"}
+    assert fixtures and fixtures <= set(plugin.__all__), fixtures - set(plugin.__all__)
