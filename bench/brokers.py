@@ -38,8 +38,8 @@ from typing import Any
 
 import psycopg
 
+from bench.backlog import emit_backlog, wait_delivered
 from bench.common import SCHEMA, emit_json, scratch_database
-from bench.deliver import emit_backlog, wait_delivered
 from bench.procs import CpuMeter, Workers, children_cpu
 from bench.sink import Sink
 from outbox.admin import endpoints as ep

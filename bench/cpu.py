@@ -29,8 +29,8 @@ import sys
 import time
 from typing import Any
 
+from bench.backlog import add_endpoint, emit_backlog, wait_delivered
 from bench.common import emit_json, scratch_database
-from bench.deliver import add_endpoint, emit_backlog, wait_delivered
 from bench.procs import CpuMeter, Workers, children_cpu
 from bench.sink import Sink
 

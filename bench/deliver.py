@@ -47,65 +47,19 @@ import httpx
 import psycopg
 
 import outbox
+from bench import cpu
+from bench.backlog import PAYLOAD, add_endpoint, emit_backlog, wait_delivered
 from bench.common import SCHEMA, emit_json, percentiles, scratch_database
 from bench.procs import CpuMeter, Workers, children_cpu
 from bench.sink import Sink
 from outbox import Event
-from outbox.admin import endpoints as ep
 from outbox.delivery.outcome import Verdict
 from outbox.delivery.sender import make_transport, send
 from outbox.signing import generate_secret, webhook_headers
 
-PAYLOAD = {"id": 0, "total": 1999, "currency": "EUR", "customer": "cus_0123456789"}
-PROGRESS_SQL = f"""
-SELECT count(*) FILTER (WHERE state = 'delivered'), count(*) FILTER (WHERE state = 'dead'),
-       count(*), (SELECT array_agg(pid) FROM pg_stat_activity
-                   WHERE datname = current_database())
-  FROM {SCHEMA}.deliveries"""
-
 
 def _roles(workers: Workers, sink: Sink) -> dict[str, set[int]]:
     return {"workers": workers.pids(), "sink": {sink.pid or -1}, "bench": {os.getpid()}}
-
-
-def add_endpoint(url: str, sink_url: str, signature: str = "hmac") -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        ep.add(conn, sink_url + "/hook", schema=SCHEMA, signature=signature)
-
-
-def emit_backlog(url: str, n: int) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        for first in range(0, n, 1000):
-            events = [Event("order.created", {**PAYLOAD, "id": i})
-                      for i in range(first, min(n, first + 1000))]
-            with conn.transaction():
-                outbox.emit_many(conn, events, schema=SCHEMA)
-        conn.execute(f"VACUUM ANALYZE {SCHEMA}.events, {SCHEMA}.deliveries")
-
-
-_add_endpoint = add_endpoint  # the name bench.wakeup uses
-
-
-def wait_delivered(url: str, expected: int, workers: Workers, meter: CpuMeter,
-                    timeout: float) -> None:
-    """Poll until ``expected`` deliveries are delivered, sampling ``meter`` meanwhile."""
-    deadline = time.monotonic() + timeout
-    next_sample = 0.0
-    with psycopg.connect(url, autocommit=True) as conn:
-        while True:
-            row = conn.execute(PROGRESS_SQL).fetchone()
-            assert row is not None
-            delivered, dead, total, backends = row
-            if delivered >= expected or time.monotonic() >= next_sample:
-                meter.sample(backends or ())
-                next_sample = time.monotonic() + 0.25
-            if delivered >= expected:
-                return
-            running = workers.check()
-            if dead or not running or time.monotonic() > deadline:
-                raise RuntimeError(f"{delivered}/{expected} delivered, {dead} dead, {total}"
-                                   f" rows; workers running: {running}")
-            time.sleep(0.05)
 
 
 async def _lanes(lane: Callable[[Iterator[int]], Awaitable[None]], n: int,
@@ -278,8 +232,6 @@ def _print_throughput(t: dict[str, Any], n: int) -> None:
 def bareloop_reference(n: int, concurrency: int) -> dict[str, Any]:
     """2 ``bench.bareloop`` processes drain the same backlog: the floor of CPU per delivery
     (their rusage, start-up included, as the workers' figure)."""
-    from bench import cpu  # bench.cpu imports this module
-
     run = cpu.drain("bareloop", n, 2, concurrency)
     run["cpu_us_per_delivery"] = round(1e6 * run["cpu_s"] / n, 1)
     return run

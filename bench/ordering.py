@@ -34,8 +34,8 @@ from typing import Any
 import psycopg
 
 import outbox
+from bench.backlog import wait_delivered
 from bench.common import SCHEMA, emit_json, scratch_database
-from bench.deliver import wait_delivered
 from bench.procs import CpuMeter, Workers
 from bench.sink import Sink
 from outbox import Event

@@ -37,8 +37,8 @@ from typing import Any
 
 import psycopg
 
+from bench.backlog import add_endpoint, emit_backlog
 from bench.common import SCHEMA, emit_json, scratch_database
-from bench.deliver import add_endpoint, emit_backlog
 from bench.procs import Workers, children_cpu
 from bench.sink import Sink
 

@@ -27,6 +27,7 @@ from typing import Any
 import psycopg
 
 import outbox
+from bench.backlog import add_endpoint
 from bench.common import SCHEMA, emit_json, scratch_database
 from bench.procs import Workers
 from outbox._db.connection import render
@@ -86,8 +87,7 @@ def emit_designs(seconds: float, repeat: int) -> dict[str, Any]:
     """Transactions/s of 16 emitters per design, interleaved runs; the medians."""
     res: dict[str, Any] = {}
     with scratch_database() as url:
-        from bench import deliver
-        deliver._add_endpoint(url, "http://127.0.0.1:9")  # never called: emit only
+        add_endpoint(url, "http://127.0.0.1:9")  # never called: emit only
         for batch in (1, 100):
             runs: dict[str, list[float]] = {"off": [], "sentinel, workers busy": [],
                                             "notify every transaction": []}

@@ -163,8 +163,11 @@ def test_no_private_module_is_documented_as_api() -> None:
     assert not missing, f"public modules missing from {page.name}: {sorted(missing)}"
 
 
-def test_no_import_cycle_in_outbox() -> None:
-    graph = grimp.build_graph("outbox", exclude_type_checking_imports=True)
+@pytest.mark.parametrize("package", ["outbox", "bench"])
+def test_no_import_cycle(package: str) -> None:
+    """Neither the package nor the benchmarks import themselves in a circle (a
+    function-level import included)."""
+    graph = grimp.build_graph(package, exclude_type_checking_imports=True)
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
