@@ -25,6 +25,8 @@ from outbox.admin.endpoint_options import EndpointOptions, check_headers
 from outbox.errors import EndpointNotFound, InvalidEndpoint
 
 URL_MAX_LENGTH = 2048
+#: An endpoint's description, in characters (the API, CLI and portal form take as many).
+DESCRIPTION_MAX_LENGTH = 1000
 
 def validate_url(url: str, *, allow_brokers: bool = True) -> str:
     """``url`` if it is an absolute http(s) URL with a host and no credentials, or (unless

@@ -30,6 +30,7 @@ from outbox._security.ssrf import IPNetwork
 from outbox.admin import _endpoint_auth as auth
 from outbox.admin._endpoint_auth import DeliveryCredentials
 from outbox.admin._endpoint_checks import (
+    DESCRIPTION_MAX_LENGTH,
     URL_MAX_LENGTH,
     check_destination,
     parse_id,
@@ -57,6 +58,7 @@ from outbox.errors import EndpointNotFound, InvalidEndpoint, OperationRefused
 
 __all__ = [
     "ACTORS",
+    "DESCRIPTION_MAX_LENGTH",
     "URL_MAX_LENGTH",
     "Created",
     "DeliveryCredentials",
@@ -158,7 +160,8 @@ def add(
     stored_url, url_secret = split_url(url)
     params = {
         "id": new_id(), "url": stored_url,
-        "description": validate_text("description", description),
+        "description": validate_text("description", description,
+                                     max_length=DESCRIPTION_MAX_LENGTH),
         "tenant": validate_scope(tenant, all_tenants), "all_tenants": bool(all_tenants),
         **shared_params(event_types, headers, ordered, options, max_attempts=max_attempts,
                         retry_base_seconds=retry_base_seconds,
@@ -298,7 +301,8 @@ def update(
     params = {
         "id": eid, "url": url,
         "url_credentials": box_of(box).seal(url_secret) if url_secret else None,
-        "description": validate_text("description", description),
+        "description": validate_text("description", description,
+                                     max_length=DESCRIPTION_MAX_LENGTH),
         "set_types": bool(event_types) or all_event_types, "clear_headers": clear_headers,
         **shared_params(event_types, headers, ordered, options, max_attempts=max_attempts,
                         retry_base_seconds=retry_base_seconds,

@@ -17,6 +17,7 @@ from outbox.admin.endpoint_options import (
     Headers,
     Signature,
 )
+from outbox.admin.endpoints import DESCRIPTION_MAX_LENGTH, URL_MAX_LENGTH
 
 _Types = list[str] | None
 _Headers = Headers | None
@@ -56,10 +57,10 @@ class PortalEndpointIn(EndpointCredentials, OAuth2Fields):
     fields (:class:`~outbox.admin.endpoint_oauth2.OAuth2Fields`) are write-only where
     secret: no answer shows them."""
 
-    url: str = Field(max_length=2048)
+    url: str = Field(max_length=URL_MAX_LENGTH)
     event_types: _Types = Field(default=None, max_length=100)
     headers: _Headers = None
-    description: str = Field(default="", max_length=1000)
+    description: str = Field(default="", max_length=DESCRIPTION_MAX_LENGTH)
     secret: str | None = Field(default=None, max_length=200)
     # hmac: v1 signatures, a whsec_ secret; ed25519: v1a, a key pair (the public key is
     # in the answer, the secret key never: docs/guides/signatures.md)
@@ -100,12 +101,12 @@ class PortalEndpointPatch(CredentialChanges, OAuth2Fields):
     credentials are replaced (secret headers merged, as ``headers``) or cleared;
     ``clear_oauth2`` removes OAuth2 (``oauth2_scope: ""`` only the scope)."""
 
-    url: str | None = Field(default=None, max_length=2048)
+    url: str | None = Field(default=None, max_length=URL_MAX_LENGTH)
     event_types: _Types = Field(default=None, max_length=100)
     all_event_types: bool = False
     headers: _Headers = None
     clear_headers: bool = False
-    description: str | None = Field(default=None, max_length=1000)
+    description: str | None = Field(default=None, max_length=DESCRIPTION_MAX_LENGTH)
     # requests per second (the portal: the tenant's own, at most the operator's)
     rate_limit: float | None = Field(default=None, gt=0, le=1_000_000, allow_inf_nan=False)
     clear_rate_limit: bool = False

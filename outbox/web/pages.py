@@ -18,6 +18,7 @@ from fastapi import HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
+from outbox.admin import endpoint_oauth2, endpoints, filters
 from outbox.admin.events import EventNotFound
 from outbox.errors import (
     ConfigurationError,
@@ -64,6 +65,15 @@ def stamp(value: dt.datetime | None) -> str:
 
 
 templates.env.filters.update(ago=ago, duration=duration, stamp=stamp)
+# The endpoint form's maxlength attributes: the library's limits, so the form never refuses
+# what the API takes (nor offers what it refuses).
+templates.env.globals["endpoint_limits"] = {
+    "url": endpoints.URL_MAX_LENGTH, "description": endpoints.DESCRIPTION_MAX_LENGTH,
+    "oauth2_token_url": endpoint_oauth2.TOKEN_URL_MAX,
+    "oauth2_client_id": endpoint_oauth2.CLIENT_ID_MAX,
+    "oauth2_client_secret": endpoint_oauth2.CLIENT_SECRET_MAX,
+    "oauth2_scope": endpoint_oauth2.SCOPE_MAX, "payload_filter": filters.FILTER_MAX_BYTES,
+}
 
 
 def root(request: Request) -> str:

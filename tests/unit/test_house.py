@@ -47,7 +47,8 @@ PUBLIC: dict[str, set[str]] = {
     "outbox.testing": set(),  # its own page (docs/guides/testing.md) documents the names
     "outbox.worker": {"demo_runner", "drain", "ping", "run_worker", "worker_settings"},
     "outbox.admin.endpoints": {
-        "ACTORS", "Created", "DeliveryCredentials", "Endpoint", "PublicKey", "Rotated",
+        "ACTORS", "Created", "DESCRIPTION_MAX_LENGTH", "DeliveryCredentials", "Endpoint",
+        "PublicKey", "Rotated",
         "URL_MAX_LENGTH", "Updated", "add", "check_destination", "delivery_credentials", "get",
         "list_all", "parse_id", "public_keys", "rotate_secret", "set_enabled",
         "signing_secrets", "update", "url_credentials", "validate_headers", "validate_text",
