@@ -1,7 +1,7 @@
 """Ed25519 key pairs in the Standard Webhooks serialization (``v1a`` signatures).
 
 The spec serializes an asymmetric signing key as base64 with a ``whsk_`` prefix and its
-public key with ``whpk_`` (spec/standard-webhooks.md, "Signature scheme"). Here:
+public key with ``whpk_`` (the Standard Webhooks specification, "Signature scheme"). Here:
 
 - ``whsk_`` + standard base64 of the 32-byte Ed25519 seed (RFC 8032 private key). It is
   a secret: outbox stores it sealed (:mod:`outbox._security.secretbox`) where the HMAC

@@ -151,3 +151,36 @@ def test_site_builds(tmp_path: Path) -> None:
     assert "/api/dead/replay" in api
     cli = (tmp_path / "site" / "reference" / "cli" / "index.html").read_text()
     assert "outbox endpoints rotate-secret" in cli
+
+
+# A repository path in prose or code: dir/.../name.ext
+PATH_REF = re.compile(r"(?<![\w/.-])((?:[\w-]+/)+[\w.-]+\.(?:py|md|sql|toml|ya?ml|html|css|sh))\b")
+# Installed paths (the wheel's layout) name the repository's files under another folder.
+INSTALLED = {"outbox/migrations/": "migrations/", "outbox/delivery/": "delivery/"}
+
+
+def _referring_files() -> list[Path]:
+    """The docs and the sources whose text may name a repository file. Not migrations/:
+    a shipped migration's text is checksummed and never edited."""
+    sources = [p for folder in ("outbox", "delivery", "bench", "tests", "deploy")
+               for p in (ROOT / folder).rglob("*.py") if "outbox/delivery" not in p.as_posix()]
+    return [*EVERY_MARKDOWN, *sources]
+
+
+def _exists(ref: str, where: Path) -> bool:
+    for installed, source in INSTALLED.items():
+        if ref.startswith(installed):
+            ref = source + ref[len(installed):]
+    bases = (ROOT, where.parent, CONTENT, ROOT / "outbox", ROOT / "tests")
+    return any((base / ref).exists() for base in bases)
+
+
+def test_every_named_repository_file_exists() -> None:
+    """A path such as ``tests/support/pg.py`` or ``guides/ordering.md`` written in the docs
+    or in a docstring or comment names a file the repository has (a moved or deleted file
+    leaves no stale path behind)."""
+    files = _referring_files()
+    stale = sorted({f"{name(p)}: {ref}" for p in files
+                    for ref in PATH_REF.findall(p.read_text()) if not _exists(ref, p)})
+    assert len(files) > 100 and not stale, "names of files not in the repository:\n" + \
+        "\n".join(stale)

@@ -130,7 +130,7 @@ def test_dead_pages_read_the_dead_index_from_the_cursor(history: str) -> None:
                         params).fetchone()
     assert row is not None
     nodes = _nodes(row[0][0]["Plan"])
-    # KNOWN REGRESSION of the partitioned layout (migrations/0018, notes/part.md): here every
+    # KNOWN REGRESSION of the partitioned layout (migrations/0018): here every
     # row died in one statement (one finished_at), so the planner estimates ~1 row past the
     # cursor and merges the partitions with Append + Sort (sorting what the cursor leaves)
     # instead of a Merge Append of the partitions' ordered index scans. Still asserted: no
