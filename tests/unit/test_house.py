@@ -162,6 +162,8 @@ def test_no_private_module_is_documented_as_api() -> None:
     assert not {d for d in documented if _private(d)}, "a private module is documented"
     missing = set(PUBLIC) - documented - {"outbox.cli"}
     assert not missing, f"public modules missing from {page.name}: {sorted(missing)}"
+    extra = documented - set(PUBLIC)
+    assert not extra, f"{page.name} documents modules that are not in PUBLIC: {sorted(extra)}"
 
 
 @pytest.mark.parametrize("package", ["outbox", "bench"])
