@@ -39,61 +39,17 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any, cast
 from urllib.parse import urlsplit
 
 from outbox.errors import InvalidEndpoint, InvalidSignature
 from outbox.signing import check_key, verify
+from outbox.testing._answers import AnsweringHandler, Behaviour
 
 __all__ = ["AnsweringHandler", "Behaviour", "Received", "Receiver", "main"]
 
 MAX_REQUEST_BODY = 64 * 1024 * 1024
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Behaviour:
-    """One scripted answer: wait ``delay`` seconds, then answer ``status`` with ``headers``
-    and ``body`` (``Content-Length`` in ``headers`` is replaced by the body's length).
-
-    Subclasses override :meth:`status_sent` and :meth:`carry_out` to answer otherwise."""
-
-    status: int = 200
-    delay: float = 0.0
-    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    body: bytes = b""
-
-    def __post_init__(self) -> None:
-        if not 100 <= self.status <= 999 or self.delay < 0:
-            raise ValueError(f"need 100 <= status <= 999 and delay >= 0, got {self!r}")
-
-    def status_sent(self) -> int | None:
-        """The status line the client will see (``None``: none), known before answering,
-        so a request can be recorded before it is answered."""
-        return self.status
-
-    def carry_out(self, handler: AnsweringHandler, stopping: threading.Event) -> None:
-        """Write this answer to ``handler``'s connection; return early once ``stopping``
-        is set if the answer takes time."""
-        handler.send(self.status, self.headers, self.body)
-
-
-class AnsweringHandler(BaseHTTPRequestHandler):
-    """The request handler a :class:`Behaviour` writes its answer through."""
-
-    def send(self, status: int, headers: Mapping[str, str], body: bytes) -> None:
-        """A complete answer with ``Content-Length`` (keep-alive framing stays correct)."""
-        self.start(status, headers, len(body))
-        self.wfile.write(body)
-
-    def start(self, status: int, headers: Mapping[str, str], length: int) -> None:
-        """The status line and headers, announcing a body of ``length`` bytes."""
-        self.send_response(status)
-        for name, value in headers.items():
-            if name.lower() != "content-length":
-                self.send_header(name, value)
-        self.send_header("Content-Length", str(length))
-        self.end_headers()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
