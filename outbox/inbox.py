@@ -65,6 +65,7 @@ __all__ = [
     "SENDER_RETRY_HORIZON",
     "InboxPruneResult",
     "Received",
+    "check_window",
     "prune",
     "receive",
     "receive_async",

@@ -75,6 +75,7 @@ __all__ = [
     "public_keys",
     "rotate_secret",
     "set_enabled",
+    "set_tenant_rate_limit",
     "signing_secrets",
     "update",
     "url_credentials",

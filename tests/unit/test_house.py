@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 import pkgutil
 import re
 import sys
@@ -51,6 +52,7 @@ PUBLIC: dict[str, set[str]] = {
         "PublicKey", "Rotated",
         "URL_MAX_LENGTH", "Updated", "add", "check_destination", "delivery_credentials", "get",
         "list_all", "parse_id", "public_keys", "rotate_secret", "set_enabled",
+        "set_tenant_rate_limit",
         "signing_secrets", "update", "url_credentials", "validate_headers", "validate_text",
         "validate_url",
     },
@@ -306,3 +308,15 @@ def test_every_public_module_of_outbox_testing_declares_its_api() -> None:
                 if hasattr(v, "_fixture_function_marker") or hasattr(v, "_pytestfixturefunction")
                 or type(v).__name__ == "FixtureFunctionDefinition"}
     assert fixtures and fixtures <= set(plugin.__all__), fixtures - set(plugin.__all__)
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC))
+def test_a_public_modules_own_public_functions_and_classes_are_in_its_all(name: str) -> None:
+    """A function or class a public module defines under a name without ``_`` is API (the
+    CLI and the web app call it): ``__all__`` names it, so the reference documents it."""
+    module = importlib.import_module(name)
+    own = {n for n, v in vars(module).items()
+           if not n.startswith("_") and (inspect.isfunction(v) or inspect.isclass(v))
+           and getattr(v, "__module__", None) == name}
+    unlisted = own - set(getattr(module, "__all__", ()))
+    assert not unlisted, f"{name}: public but not in __all__: {sorted(unlisted)}"
