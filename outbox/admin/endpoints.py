@@ -20,7 +20,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
-from psycopg.rows import class_row
 
 from outbox._db import queries
 from outbox._db.connection import render, translated
@@ -42,6 +41,7 @@ from outbox.admin._endpoint_checks import (
     validate_text,
     validate_url,
 )
+from outbox.admin._endpoint_rows import ENDPOINT_ROW, get, one, update_oauth2
 from outbox.admin._endpoint_secrets import (
     box_of,
     delivery_credentials,
@@ -86,18 +86,6 @@ __all__ = [
 
 #: Who may enable or disable an endpoint (``data.by`` of the operational event).
 ACTORS = ("operator", "tenant")
-
-
-# The ENDPOINT_* queries return queries.ENDPOINT_COLUMNS: Endpoint's fields, by name.
-_ENDPOINT_ROW = class_row(Endpoint)
-
-
-def _one(conn: psycopg.Connection[Any], statement: str, schema: str,
-         params: Mapping[str, Any] | tuple[Any, ...]) -> Endpoint | None:
-    """The endpoint row ``statement`` returns, None if none."""
-    with translated(), conn.cursor(row_factory=_ENDPOINT_ROW) as cur:
-        cur.execute(render(statement, schema), params)
-        return cur.fetchone()
 
 
 def add(
@@ -182,7 +170,7 @@ def add(
     params.update(oauth)
     auth.one_scheme(params["auth_kind"], params["oauth2_token_url"])
     warnings = () if allow_networks is None else check_destination(stored_url, allow_networks)
-    row = _one(conn, queries.ENDPOINT_INSERT, schema, params)
+    row = one(conn, queries.ENDPOINT_INSERT, schema, params)
     assert row is not None
     return Created(row, key.shown, warnings + auth_warnings)
 
@@ -192,21 +180,12 @@ def list_all(conn: psycopg.Connection[Any], *, schema: str, tenant: str | None =
     """Every endpoint, oldest first; with ``tenant``, only that tenant's (not the
     all-tenants ones)."""
     validate_scope(tenant, all_tenants=False)
-    with translated(), conn.cursor(row_factory=_ENDPOINT_ROW) as cur:
+    with translated(), conn.cursor(row_factory=ENDPOINT_ROW) as cur:
         if tenant is None:
             cur.execute(render(queries.ENDPOINT_LIST, schema))
         else:
             cur.execute(render(queries.ENDPOINT_LIST_TENANT, schema), (tenant,))
         return cur.fetchall()
-
-
-def get(conn: psycopg.Connection[Any], endpoint_id: str | uuid.UUID, *, schema: str) -> Endpoint:
-    """One endpoint, or :class:`EndpointNotFound`."""
-    eid = parse_id(endpoint_id)
-    row = _one(conn, queries.ENDPOINT_GET, schema, (eid,))
-    if row is None:
-        raise EndpointNotFound(f"no endpoint {eid}")
-    return row
 
 
 def set_enabled(
@@ -230,7 +209,7 @@ def set_enabled(
         raise InvalidEndpoint(f"actor must be one of {', '.join(ACTORS)}, not {actor!r}")
     params = {"id": eid, "enabled": enabled, "reason": None if enabled else (reason or "manual"),
               "actor": actor}
-    row = _one(conn, queries.ENDPOINT_SET_ENABLED, schema, params)
+    row = one(conn, queries.ENDPOINT_SET_ENABLED, schema, params)
     if row is None:
         raise EndpointNotFound(f"no endpoint {eid}")
     return row
@@ -315,7 +294,7 @@ def update(
         **auth.credential_params(credentials, box_of(box)),
         **filter_params(filter, clear_filter),
     }
-    oauth, warnings = _update_oauth2(conn, eid, schema, oauth2, clear_oauth2, url=url,
+    oauth, warnings = update_oauth2(conn, eid, schema, oauth2, clear_oauth2, url=url,
                                      headers=None if headers is None else params["headers"].obj,
                                      clear_headers=clear_headers, box=box,
                                      allow_networks=allow_networks)
@@ -331,25 +310,10 @@ def update(
             auth.one_scheme(params["auth_kind"] if params["set_auth"] else now.auth_kind,
                         None if params["oauth2_clear"]
                         else params["oauth2_token_url"] or now.oauth2_token_url)
-        row = _one(conn, queries.ENDPOINT_UPDATE, schema, params)
+        row = one(conn, queries.ENDPOINT_UPDATE, schema, params)
     if row is None:
         raise EndpointNotFound(f"no endpoint {eid}")
     return Updated(row, warnings)
-
-
-def _update_oauth2(conn: psycopg.Connection[Any], eid: uuid.UUID, schema: str,
-                   oauth2: OAuth2Options | None, clear: bool, *, url: str | None,
-                   headers: Mapping[str, str] | None, clear_headers: bool,
-                   box: SecretBox | None, allow_networks: Sequence[IPNetwork] | None,
-                   ) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """``update``'s OAuth2 parameters, checked against the endpoint as it will be."""
-    if not clear and (oauth2 is None or not oauth2.given()) and not headers and url is None:
-        return oauth2_params(None, box=box_of(box), url=None, headers=None)
-    current = get(conn, eid, schema=schema)
-    merged = {**({} if clear_headers else current.headers), **(headers or {})}
-    return oauth2_params(oauth2, box=box_of(box), url=url or current.url, headers=merged,
-                         current=current.oauth2_token_url is not None, clear=clear,
-                         allow_networks=allow_networks)
 
 
 def set_tenant_rate_limit(
@@ -373,7 +337,7 @@ def set_tenant_rate_limit(
         raise InvalidEndpoint(f"rate_limit {limit:g}/s is above this endpoint's limit of "
                               f"{current.rate_limit:g}/s")
     params = {"id": current.id, "tenant": tenant, "limit": limit}
-    row = _one(conn, queries.ENDPOINT_SET_TENANT_RATE_LIMIT, schema, params)
+    row = one(conn, queries.ENDPOINT_SET_TENANT_RATE_LIMIT, schema, params)
     if row is None:  # the operator lowered its limit meanwhile
         raise InvalidEndpoint("rate_limit is above this endpoint's limit")
     return row
@@ -407,7 +371,7 @@ def rotate_secret(
     key = signing_key(current.signature, secret)
     params = {"id": eid, "grace": grace.total_seconds(), "secret": box_of(box).seal(key.secret),
               "force": force, "signature": current.signature, "public_key": key.public_key}
-    row = _one(conn, queries.ENDPOINT_ROTATE_SECRET, schema, params)
+    row = one(conn, queries.ENDPOINT_ROTATE_SECRET, schema, params)
     if row is None:
         until = current.previous_secret_expires_at
         when = until.isoformat(timespec="seconds") if until else "its expiry"
