@@ -60,7 +60,8 @@ def prune_once(settings: WorkerSettings, should_stop: Callable[[], bool] = lambd
         try:
             result = prune(conn, schema, dt.timedelta(seconds=settings.retention_seconds),
                            batch_size=settings.prune_batch_size, progress=progress,
-                           dead_older_than=_dead_retention(settings))
+                           dead_older_than=_dead_retention(settings),
+                           partition_width=dt.timedelta(seconds=partition_width(settings)))
             if result.deliveries or result.events:
                 _vacuum_if_no_autovacuum(conn, schema)
             return result

@@ -338,11 +338,27 @@ PRUNE_CUTOFF = "SELECT now() - make_interval(secs => %s)"
 # that tenant's events (_of_tenant).
 _PRUNABLE = """
     state <> 'pending' AND state = ANY (%(states)s::text[]) AND finished_at < %(cutoff)s
-    AND NOT (state = 'dead' AND key IS NOT NULL)
+    AND NOT (state = 'dead' AND key IS NOT NULL) AND id < %(below)s::bigint
     AND """ + _of_tenant("d") + "\n"
 PRUNE_COUNT = "SELECT count(*) FROM {schema}.deliveries d WHERE" + _PRUNABLE
 
-# One batch, one short transaction: the oldest finished rows past the cutoff after the
+# Rows the partition drop will take anyway are left to it (prune(partition_width=...): the
+# worker's prune): the rows of every partition opened after the cutoff minus one partition
+# width, and of those made ahead. Such a partition closes about one width after it opened
+# and is dropped one retention after that, so a row of it outlives its own expiry by at
+# most one width while the manager keeps time; a partition opened earlier (kept by a
+# survivor, or held open by a stalled manager) has its rows deleted one by one as before.
+# The result is the first id of the oldest partition left to the drop (the highest bigint
+# when there is none).
+PRUNE_ROW_BOUND = """
+SELECT COALESCE(min(COALESCE(lo, -9223372036854775808)), 9223372036854775807)
+  FROM {schema}.delivery_partitions
+ WHERE (opened_at IS NULL AND closed_at IS NULL)
+    OR opened_at >= %(cutoff)s::timestamptz - make_interval(secs => %(width)s)
+"""
+
+# One batch, one short transaction: the oldest finished rows past the cutoff below
+# %(below)s (PRUNE_ROW_BOUND; the highest bigint: every row) after the
 # keyset cursor (%(after_at)s, %(after_id)s), and their attempt logs. The cursor moves past
 # what a batch examined, so rows left behind (another tenant's, or SKIP LOCKED: a row an
 # operator is replaying right now, left for a later run) are never read twice.
