@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aio_pika
 import nats
 import pytest
 import redis.asyncio
@@ -139,6 +140,26 @@ def test_amqp_one_connection_per_destination_reopened_after_a_refusal() -> None:
     assert len(b.run(b.amqp_drain(queue))) == 21
 
 
+
+def test_amqp_a_nack_is_a_failed_attempt() -> None:
+    b.require("amqp")
+    full = b.unique("full")  # a queue that refuses every message: the broker nacks it
+
+    async def declare() -> None:
+        conn = await aio_pika.connect(b.AMQP_URL)
+        async with conn:
+            ch = await conn.channel()
+            await ch.declare_queue(full, durable=True, arguments={
+                "x-max-length": 0, "x-overflow": "reject-publish"})
+
+    b.run(declare())
+    try:
+        (nacked,) = send(job(f"amqp://guest:guest@127.0.0.1/?routing_key={full}"))
+        assert (nacked.verdict, nacked.error_class) == (Verdict.RETRY, "broker_refused")
+        assert "nacked by the broker" in (nacked.error or ""), nacked
+    finally:
+        assert b.run(b.amqp_drain(full)) == []
+
 # --- NATS JetStream -------------------------------------------------------------------
 
 def test_nats_publishes_to_jetstream_with_the_event_id_as_msg_id() -> None:
@@ -185,6 +206,26 @@ def test_redis_xadds_the_standard_webhooks_fields_and_trims() -> None:
         assert g.body == by_id[g.id].payload.encode() and g.headers["type"] == "order.paid"
         verify(by_id[g.id], g.body, g.id, g.headers["timestamp"], g.headers["signature"])
 
+
+
+def test_redis_maxlen_trims_the_stream_approximately() -> None:
+    b.require("redis")
+    stream = b.unique("trimmed")
+    results = send(*(job(f"redis://127.0.0.1/0?stream={stream}&maxlen=10") for _ in range(300)))
+    assert all(r.verdict is Verdict.DELIVERED for r in results)
+
+    async def length() -> tuple[int, int]:
+        client = redis.asyncio.Redis.from_url(b.REDIS_URL)
+        try:
+            node = int((await client.config_get("stream-node-max-entries"))
+                       ["stream-node-max-entries"])
+            return await client.xlen(stream), node
+        finally:
+            await client.delete(stream)
+            await client.aclose()
+
+    kept, node = b.run(length())
+    assert 10 <= kept <= 10 + node  # MAXLEN ~: at least 10, whole macro nodes trimmed
 
 def test_redis_refusals_wrong_type_and_unknown_user() -> None:
     b.require("redis")
