@@ -217,8 +217,8 @@ def test_redis_maxlen_trims_the_stream_approximately() -> None:
     async def length() -> tuple[int, int]:
         client = redis.asyncio.Redis.from_url(b.REDIS_URL)
         try:
-            node = int((await client.config_get("stream-node-max-entries"))
-                       ["stream-node-max-entries"])
+            config = await client.config_get("stream-node-max-entries")
+            node = int(str(config["stream-node-max-entries"]))
             return await client.xlen(stream), node
         finally:
             await client.delete(stream)
