@@ -9,6 +9,7 @@ import datetime as dt
 import json
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from standardwebhooks import Webhook
 
 from outbox._destinations import split_credentials
 from outbox._security.ssrf import parse_networks
+from outbox.delivery import transports
 from outbox.delivery.jobs import Job
 from outbox.delivery.outcome import AttemptResult, Verdict
 from outbox.delivery.pinning import GuardedResolver
@@ -266,6 +268,52 @@ def test_the_ssrf_guard_refuses_localhost_names(url: str) -> None:
 def test_a_broker_that_is_down_is_a_retry(url: str) -> None:
     (result,) = send(job(url))
     assert (result.verdict, result.error_class) == (Verdict.RETRY, "broker_connect"), result
+
+
+def test_a_broken_broker_costs_one_connect_per_backoff_window(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broker that accepts and hangs up at once: one connect, then deliveries fail fast
+    with the last connect error until the (growing) backoff window has passed."""
+    monkeypatch.setattr(transports, "BACKOFF_BASE", 1.0)  # windows 0.5-1 s, then 1-2 s
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.05)
+    port, accepts = listener.getsockname()[1], []
+
+    async def scenario() -> list[list[AttemptResult]]:
+        transport = Transport(resolver=LOOPBACK)
+        url = f"redis://127.0.0.1:{port}/0?stream=s"
+
+        async def burst() -> list[AttemptResult]:
+            return [(await _send(job(url), transport=transport))[0] for _ in range(4)]
+
+        def hang_up() -> None:
+            while True:
+                try:
+                    conn, _ = listener.accept()
+                except TimeoutError:
+                    continue
+                except OSError:
+                    return
+                accepts.append(1)
+                conn.close()
+
+        threading.Thread(target=hang_up, daemon=True).start()
+        try:
+            first = await burst()
+            await asyncio.sleep(1.05)  # past the first window
+            return [first, await burst()]
+        finally:
+            await transport.aclose()
+            listener.close()
+
+    first, second = b.run(scenario())
+    assert len(accepts) == 2  # one connect per window, not one per delivery
+    for results in (first, second):
+        assert all((r.verdict, r.error_class) == (Verdict.RETRY, "broker_connect")
+                   for r in results), results
+        assert "reconnecting in" not in (results[0].error or "")
+        assert all("reconnecting in" in (r.error or "") for r in results[1:]), results
+        assert all((results[0].error or "") in (r.error or "") for r in results[1:])
 
 
 @pytest.fixture
