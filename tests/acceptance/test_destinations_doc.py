@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.support import brokers as b
-from tests.support.workers import SECRET, drain, emit, settings
+from tests.support.pg import SCHEMA
+from tests.support.workers import SECRET, drain, emit, rows, settings
 
 pytestmark = pytest.mark.slow  # consumers and a shell per broker
 
@@ -110,3 +111,43 @@ def test_register_and_consume_snippets(db_url: str, tmp_path: Path, title: str) 
         consumer.kill()
         consumer.wait(10)
         _clean(title, names)
+
+
+def test_the_readme_registers_each_broker(db_url: str, tmp_path: Path) -> None:
+    """README "Destinations": its registration block, run as written (with this test's
+    own exchange, subject and stream), delivers each event once to each broker with the
+    event id as the message id and the exact payload bytes."""
+    b.require()
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## Destinations\n", 1)[1].split("\n## ", 1)[0]
+    sh = re.search(r"```sh\n(.*?)\n```", section, re.S)
+    assert sh, "README Destinations: a sh block"
+    exchange, queue, stream = b.unique("orders"), b.unique("q"), b.unique("S")
+    subject, rstream = b.unique("orders").replace("-", "_") + ".events", b.unique("orders")
+    script = sh.group(1)
+    for old, new in {"exchange=orders'": f"exchange={exchange}'",
+                     "subject=orders.events'": f"subject={subject}'",
+                     "stream=orders&": f"stream={rstream}&"}.items():
+        assert old in script, f"README Destinations no longer says {old}"
+        script = script.replace(old, new)
+    b.run(b.amqp_queue(exchange, queue, "order.*"))
+    b.run(b.nats_stream(stream, [subject]))
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "OUTBOX_DATABASE_URL": db_url, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    try:
+        done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], env=env,
+                              cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "guest:guest" not in done.stdout
+        ids = {str(i) for i in emit(db_url, 2, "order.paid")}
+        drain(settings(db_url))
+        got = [b.run(b.amqp_drain(queue)), b.run(b.nats_drain(stream, delete=False)),
+               b.run(b.redis_drain(rstream))]
+    finally:
+        b.run(b.nats_drain(stream))
+        b.run(b.amqp_delete_exchange(exchange))
+    sent = {str(i): p.encode() for i, p in rows(db_url, f"SELECT id, payload::text"
+                                                        f" FROM {SCHEMA}.events")}
+    for messages in got:
+        assert sorted(m.id for m in messages) == sorted(ids)  # once each, id = event id
+        assert all(m.body == sent[m.id] for m in messages)

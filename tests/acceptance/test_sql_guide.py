@@ -1,5 +1,6 @@
 """docs/guides/sql.md's snippets work when pasted: the psql one-liner, the capture commands
-and the trigger recipe, against a test database."""
+and the trigger recipe, against a test database; so do the same snippets in the README's
+"Emit from SQL" section."""
 
 from __future__ import annotations
 
@@ -11,13 +12,15 @@ import sys
 from pathlib import Path
 
 import psycopg
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = (ROOT / "docs" / "guides" / "sql.md").read_text()
+README = (ROOT / "README.md").read_text().split("\n## Emit from SQL", 1)[1].split("\n## ", 1)[0]
 
 
-def _blocks(lang: str) -> list[str]:
-    return re.findall(rf"```{lang}\n(.*?)\n```", GUIDE, re.S)
+def _blocks(lang: str, text: str = GUIDE) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)\n```", text, re.S)
 
 
 def _sh(db_url: str, script: str) -> str:
@@ -30,8 +33,9 @@ def _sh(db_url: str, script: str) -> str:
     return done.stdout
 
 
-def test_psql_one_liner(db_url: str) -> None:
-    (psql,) = [b for b in _blocks("sh") if b.startswith("psql ")]
+@pytest.mark.parametrize("text", [GUIDE, README], ids=["guide", "readme"])
+def test_psql_one_liner(db_url: str, text: str) -> None:
+    (psql,) = [b for b in _blocks("sh", text) if b.startswith("psql ")]
     out = _sh(db_url, psql)
     with psycopg.connect(db_url) as c:
         rows = c.execute("SELECT id::text, type, payload::text, key FROM outbox.events"
@@ -61,8 +65,25 @@ def test_capture_commands_and_payload_shape(db_url: str) -> None:
         assert c.execute("SELECT count(*) FROM outbox.captures").fetchone() == (0,)
 
 
-def test_trigger_recipe(db_url: str) -> None:
-    (recipe,) = [b for b in _blocks("sql") if "CREATE FUNCTION orders_paid" in b]
+def test_readme_capture_command(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("CREATE TABLE orders (id int PRIMARY KEY, status text, total numeric,"
+                  " note text)")
+    (add,) = [b for b in _blocks("sh", README) if b.startswith("outbox capture add")]
+    assert "capturing orders: delete,insert,update -> order.changed" in _sh(db_url, add)
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("INSERT INTO orders VALUES (7, 'new', 9.50, 'x')")
+        c.execute("UPDATE orders SET note = 'y'")  # no captured column changed: no event
+        c.execute("UPDATE orders SET status = 'paid'")
+        rows = c.execute("SELECT type, payload, key FROM outbox.events").fetchall()
+    events = sorted((p["op"], t, k, p["new"]) for t, p, k in rows)
+    assert events == [("insert", "order.changed", "7", {"id": 7, "status": "new", "total": 9.5}),
+                      ("update", "order.changed", "7", {"id": 7, "status": "paid", "total": 9.5})]
+
+
+@pytest.mark.parametrize("text", [GUIDE, README], ids=["guide", "readme"])
+def test_trigger_recipe(db_url: str, text: str) -> None:
+    (recipe,) = [b for b in _blocks("sql", text) if "CREATE FUNCTION orders_paid" in b]
     with psycopg.connect(db_url, autocommit=True) as c:
         c.execute("CREATE TABLE orders (id int PRIMARY KEY, status text, total numeric)")
         c.execute(recipe.encode())

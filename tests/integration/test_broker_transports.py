@@ -9,12 +9,14 @@ import datetime as dt
 import json
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aio_pika
 import nats
 import pytest
 import redis.asyncio
@@ -22,6 +24,7 @@ from standardwebhooks import Webhook
 
 from outbox._destinations import split_credentials
 from outbox._security.ssrf import parse_networks
+from outbox.delivery import transports
 from outbox.delivery.jobs import Job
 from outbox.delivery.outcome import AttemptResult, Verdict
 from outbox.delivery.pinning import GuardedResolver
@@ -139,6 +142,26 @@ def test_amqp_one_connection_per_destination_reopened_after_a_refusal() -> None:
     assert len(b.run(b.amqp_drain(queue))) == 21
 
 
+
+def test_amqp_a_nack_is_a_failed_attempt() -> None:
+    b.require("amqp")
+    full = b.unique("full")  # a queue that refuses every message: the broker nacks it
+
+    async def declare() -> None:
+        conn = await aio_pika.connect(b.AMQP_URL)
+        async with conn:
+            ch = await conn.channel()
+            await ch.declare_queue(full, durable=True, arguments={
+                "x-max-length": 0, "x-overflow": "reject-publish"})
+
+    b.run(declare())
+    try:
+        (nacked,) = send(job(f"amqp://guest:guest@127.0.0.1/?routing_key={full}"))
+        assert (nacked.verdict, nacked.error_class) == (Verdict.RETRY, "broker_refused")
+        assert "nacked by the broker" in (nacked.error or ""), nacked
+    finally:
+        assert b.run(b.amqp_drain(full)) == []
+
 # --- NATS JetStream -------------------------------------------------------------------
 
 def test_nats_publishes_to_jetstream_with_the_event_id_as_msg_id() -> None:
@@ -186,6 +209,26 @@ def test_redis_xadds_the_standard_webhooks_fields_and_trims() -> None:
         verify(by_id[g.id], g.body, g.id, g.headers["timestamp"], g.headers["signature"])
 
 
+
+def test_redis_maxlen_trims_the_stream_approximately() -> None:
+    b.require("redis")
+    stream = b.unique("trimmed")
+    results = send(*(job(f"redis://127.0.0.1/0?stream={stream}&maxlen=10") for _ in range(300)))
+    assert all(r.verdict is Verdict.DELIVERED for r in results)
+
+    async def length() -> tuple[int, int]:
+        client = redis.asyncio.Redis.from_url(b.REDIS_URL)
+        try:
+            config = await client.config_get("stream-node-max-entries")
+            node = int(str(config["stream-node-max-entries"]))
+            return await client.xlen(stream), node
+        finally:
+            await client.delete(stream)
+            await client.aclose()
+
+    kept, node = b.run(length())
+    assert 10 <= kept <= 10 + node  # MAXLEN ~: at least 10, whole macro nodes trimmed
+
 def test_redis_refusals_wrong_type_and_unknown_user() -> None:
     b.require("redis")
     key = b.unique("plain")
@@ -225,6 +268,52 @@ def test_the_ssrf_guard_refuses_localhost_names(url: str) -> None:
 def test_a_broker_that_is_down_is_a_retry(url: str) -> None:
     (result,) = send(job(url))
     assert (result.verdict, result.error_class) == (Verdict.RETRY, "broker_connect"), result
+
+
+def test_a_broken_broker_costs_one_connect_per_backoff_window(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broker that accepts and hangs up at once: one connect, then deliveries fail fast
+    with the last connect error until the (growing) backoff window has passed."""
+    monkeypatch.setattr(transports, "BACKOFF_BASE", 1.0)  # windows 0.5-1 s, then 1-2 s
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.05)
+    port, accepts = listener.getsockname()[1], []
+
+    async def scenario() -> list[list[AttemptResult]]:
+        transport = Transport(resolver=LOOPBACK)
+        url = f"redis://127.0.0.1:{port}/0?stream=s"
+
+        async def burst() -> list[AttemptResult]:
+            return [(await _send(job(url), transport=transport))[0] for _ in range(4)]
+
+        def hang_up() -> None:
+            while True:
+                try:
+                    conn, _ = listener.accept()
+                except TimeoutError:
+                    continue
+                except OSError:
+                    return
+                accepts.append(1)
+                conn.close()
+
+        threading.Thread(target=hang_up, daemon=True).start()
+        try:
+            first = await burst()
+            await asyncio.sleep(1.05)  # past the first window
+            return [first, await burst()]
+        finally:
+            await transport.aclose()
+            listener.close()
+
+    first, second = b.run(scenario())
+    assert len(accepts) == 2  # one connect per window, not one per delivery
+    for results in (first, second):
+        assert all((r.verdict, r.error_class) == (Verdict.RETRY, "broker_connect")
+                   for r in results), results
+        assert "reconnecting in" not in (results[0].error or "")
+        assert all("reconnecting in" in (r.error or "") for r in results[1:]), results
+        assert all((results[0].error or "") in (r.error or "") for r in results[1:])
 
 
 @pytest.fixture

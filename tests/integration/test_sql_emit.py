@@ -63,6 +63,25 @@ def test_rollback_and_rolled_back_savepoint_leave_nothing(
     assert count(db_url, "deliveries") == 1
 
 
+def test_the_set_form_emits_one_event_per_row_in_order(
+        db_url: str, conn: psycopg.Connection[Any]) -> None:
+    _endpoint(db_url, ordered=True)
+    ids = [uuid.UUID(str(i)) for (i,) in conn.execute(
+        "SELECT outbox.emit('order.paid', jsonb_build_object('n', g), key => 'k' || g % 3)"
+        " FROM generate_series(1, 30) g ORDER BY g").fetchall()]
+    conn.execute("SAVEPOINT s")
+    conn.execute("SELECT outbox.emit('order.dropped', '{}') FROM generate_series(1, 5)")
+    conn.execute("ROLLBACK TO SAVEPOINT s")
+    conn.commit()
+    assert len(set(ids)) == 30 and ids == sorted(ids)  # UUIDv7: in emit order
+    with psycopg.connect(db_url) as other:
+        got = other.execute("SELECT (e.payload->>'n')::int, d.key, d.state"
+                            " FROM outbox.events e JOIN outbox.deliveries d"
+                            " ON d.event_id = e.id ORDER BY d.id").fetchall()
+    assert [n for n, _, _ in got] == list(range(1, 31))  # one delivery per row, in order
+    assert {(n, k) for n, k, _ in got} == {(g, f"k{g % 3}") for g in range(1, 31)}
+    assert {s for _, _, s in got} == {"fresh"}  # ordered per key, as a Python emit's
+
 @pytest.mark.parametrize(("args", "named", "message"), [
     (("bad type", "{}"), {}, "event type 'bad type' is malformed"),
     (("", "{}"), {}, "event type must be a non-empty string"),
