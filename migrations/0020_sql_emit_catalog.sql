@@ -31,43 +31,46 @@
 CREATE OR REPLACE FUNCTION schema_problem(s jsonb, v jsonb, path text, root jsonb)
 RETURNS text
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+-- Each keyword's test is guarded by a plain "s ? keyword" (a simple expression, no query),
+-- so a schema pays only for the keywords it uses; the value's text is built for messages.
 DECLARE
     t    text := jsonb_typeof(v);
     kind text := jsonb_typeof(v);  -- 'integer' for a number without a fraction
-    shown text := left(v::text, 100);
     msg  text;
     k    text;
     x    jsonb;
-    sub  jsonb;
     num  numeric;
     str  text;
-    n    int;
-    i    int;
 BEGIN
     IF jsonb_typeof(s) = 'boolean' THEN
-        RETURN CASE WHEN s = 'true' THEN NULL
-                    ELSE format('at %s: false schema does not allow %s', path, shown) END;
-    END IF;
-    IF jsonb_typeof(s) IS DISTINCT FROM 'object' OR s = '{}' THEN
+        RETURN CASE WHEN s = 'true' THEN NULL ELSE format(
+            'at %s: false schema does not allow %s', path, left(v::text, 100)) END;
+    ELSIF jsonb_typeof(s) IS DISTINCT FROM 'object' THEN
         RETURN NULL;
     END IF;
-    k := (SELECT kw FROM unnest(ARRAY['unevaluatedProperties', 'unevaluatedItems',
-                                      '$dynamicRef', '$recursiveRef']) kw
-           WHERE s ? kw LIMIT 1);
-    IF k IS NOT NULL THEN
+    IF s ?| ARRAY['unevaluatedProperties', 'unevaluatedItems', '$dynamicRef',
+                  '$recursiveRef'] THEN
+        k := (SELECT kw FROM unnest(ARRAY['unevaluatedProperties', 'unevaluatedItems',
+                                          '$dynamicRef', '$recursiveRef']) kw
+               WHERE s ? kw LIMIT 1);
         RETURN format('at %s: the keyword %s cannot be checked by the SQL emit', path, k);
     END IF;
     IF s ? '$ref' THEN
         k := s->>'$ref';
-        sub := CASE WHEN k = '#' THEN root WHEN starts_with(k, '#/') THEN root #> ARRAY(
-                   SELECT replace(replace(p, '~1', '/'), '~0', '~')
-                     FROM unnest(string_to_array(substr(k, 3), '/')) WITH ORDINALITY u(p, o)
-                    ORDER BY o) END;
-        IF sub IS NULL THEN
+        x := CASE WHEN k = '#' THEN root
+                  WHEN starts_with(k, '#/') AND strpos(k, '~') = 0 AND strpos(k, '%') = 0
+                  THEN root #> string_to_array(substr(k, 3), '/') END;
+        IF x IS NULL AND starts_with(k, '#/') THEN
+            x := root #> ARRAY(
+                SELECT replace(replace(p, '~1', '/'), '~0', '~')
+                  FROM unnest(string_to_array(substr(k, 3), '/')) WITH ORDINALITY u(p, o)
+                 ORDER BY o);
+        END IF;
+        IF x IS NULL THEN
             RETURN format('at %s: the $ref %s cannot be checked by the SQL emit (only '
                           'references inside the schema)', path, k);
         END IF;
-        msg := schema_problem(sub, v, path, root);
+        msg := schema_problem(x, v, path, root);
         IF msg IS NOT NULL THEN RETURN msg; END IF;
     END IF;
     IF t = 'number' THEN
@@ -78,51 +81,63 @@ BEGIN
         x := CASE WHEN jsonb_typeof(s->'type') = 'array' THEN s->'type'
                   ELSE jsonb_build_array(s->'type') END;
         IF NOT (x ? t OR x ? kind) THEN
-            RETURN format('at %s: %s is not of type %s', path, shown,
+            RETURN format('at %s: %s is not of type %s', path, left(v::text, 100),
                           (SELECT string_agg(e::text, ', ') FROM jsonb_array_elements(x) e));
         END IF;
     END IF;
-    IF s ? 'enum' AND NOT EXISTS (SELECT FROM jsonb_array_elements(s->'enum') e
-                                   WHERE e = v) THEN
-        RETURN format('at %s: %s is not one of %s', path, shown, left((s->'enum')::text, 200));
+    IF s ? 'enum' THEN
+        IF NOT EXISTS (SELECT FROM jsonb_array_elements(s->'enum') e WHERE e = v) THEN
+            RETURN format('at %s: %s is not one of %s', path, left(v::text, 100),
+                          left((s->'enum')::text, 200));
+        END IF;
     END IF;
     IF s ? 'const' AND v IS DISTINCT FROM s->'const' THEN
         RETURN format('at %s: %s was expected', path, left((s->'const')::text, 100));
     END IF;
-    IF t = 'number' THEN
+    IF t = 'number' AND s ?| ARRAY['minimum', 'maximum', 'exclusiveMinimum',
+                                   'exclusiveMaximum', 'multipleOf'] THEN
         msg := CASE
             WHEN num < (s->>'minimum')::numeric THEN
-                format('%s is less than the minimum of %s', shown, s->>'minimum')
+                format('%s is less than the minimum of %s', num, s->>'minimum')
             WHEN num > (s->>'maximum')::numeric THEN
-                format('%s is greater than the maximum of %s', shown, s->>'maximum')
+                format('%s is greater than the maximum of %s', num, s->>'maximum')
             WHEN num <= (s->>'exclusiveMinimum')::numeric THEN
-                format('%s is less than or equal to the minimum of %s', shown,
+                format('%s is less than or equal to the minimum of %s', num,
                        s->>'exclusiveMinimum')
             WHEN num >= (s->>'exclusiveMaximum')::numeric THEN
-                format('%s is greater than or equal to the maximum of %s', shown,
+                format('%s is greater than or equal to the maximum of %s', num,
                        s->>'exclusiveMaximum')
             WHEN num % (s->>'multipleOf')::numeric <> 0 THEN
-                format('%s is not a multiple of %s', shown, s->>'multipleOf') END;
-    ELSIF t = 'string' THEN
+                format('%s is not a multiple of %s', num, s->>'multipleOf') END;
+    ELSIF t = 'string' AND s ?| ARRAY['minLength', 'maxLength', 'pattern'] THEN
         str := v #>> '{}';
         msg := CASE
             WHEN char_length(str) < (s->>'minLength')::int THEN
-                format('%s is shorter than %s character(s)', shown, s->>'minLength')
+                format('%s is shorter than %s character(s)', left(v::text, 100),
+                       s->>'minLength')
             WHEN char_length(str) > (s->>'maxLength')::int THEN
-                format('%s is longer than %s character(s)', shown, s->>'maxLength')
+                format('%s is longer than %s character(s)', left(v::text, 100),
+                       s->>'maxLength')
             WHEN NOT str ~ (s->>'pattern') THEN
-                format('%s does not match %s', shown, to_jsonb(s->>'pattern')) END;
-    ELSIF t = 'array' THEN
+                format('%s does not match %s', left(v::text, 100), to_jsonb(s->>'pattern'))
+            END;
+    ELSIF t = 'array' AND s ?| ARRAY['items', 'prefixItems', 'minItems', 'maxItems',
+                                     'uniqueItems', 'contains'] THEN
         msg := array_problem(s, v, path, root);
         IF msg IS NOT NULL THEN RETURN msg; END IF;
-    ELSIF t = 'object' THEN
+    ELSIF t = 'object' AND s ?| ARRAY['properties', 'required', 'additionalProperties',
+                                      'patternProperties', 'propertyNames', 'minProperties',
+                                      'maxProperties', 'dependentRequired',
+                                      'dependentSchemas'] THEN
         msg := object_problem(s, v, path, root);
         IF msg IS NOT NULL THEN RETURN msg; END IF;
     END IF;
     IF msg IS NOT NULL THEN
         RETURN format('at %s: %s', path, msg);
+    ELSIF s ?| ARRAY['allOf', 'anyOf', 'oneOf', 'not', 'if'] THEN
+        RETURN applicator_problem(s, v, path, root);
     END IF;
-    RETURN applicator_problem(s, v, path, root);
+    RETURN NULL;
 END
 $$;
 
@@ -142,9 +157,11 @@ BEGIN
     ELSIF n > (s->>'maxItems')::int THEN
         RETURN format('at %s: %s has more than %s item(s)', path, left(v::text, 100),
                       s->>'maxItems');
-    ELSIF s->'uniqueItems' = 'true'
-          AND (SELECT count(DISTINCT e) FROM jsonb_array_elements(v) e) < n THEN
-        RETURN format('at %s: %s has non-unique elements', path, left(v::text, 100));
+    END IF;
+    IF s->'uniqueItems' = 'true' THEN
+        IF (SELECT count(DISTINCT e) FROM jsonb_array_elements(v) e) < n THEN
+            RETURN format('at %s: %s has non-unique elements', path, left(v::text, 100));
+        END IF;
     END IF;
     FOR i IN 0 .. n - 1 LOOP
         msg := CASE WHEN i < prefix THEN schema_problem(s->'prefixItems'->i, v->i,
@@ -178,19 +195,31 @@ DECLARE
     at    text;
     named boolean;
     msg   text;
+    n     bigint;
 BEGIN
-    k := (SELECT r FROM jsonb_array_elements_text(s->'required') r WHERE NOT v ? r LIMIT 1);
-    IF k IS NOT NULL THEN
-        RETURN format('at %s: %s is a required property', path, to_jsonb(k));
+    IF s ? 'required' THEN
+        k := (SELECT r FROM jsonb_array_elements_text(s->'required') r
+               WHERE NOT v ? r LIMIT 1);
+        IF k IS NOT NULL THEN
+            RETURN format('at %s: %s is a required property', path, to_jsonb(k));
+        END IF;
     END IF;
-    IF (SELECT count(*) FROM jsonb_object_keys(v)) < (s->>'minProperties')::int THEN
-        RETURN format('at %s: %s has fewer than %s properties', path, left(v::text, 100),
-                      s->>'minProperties');
-    ELSIF (SELECT count(*) FROM jsonb_object_keys(v)) > (s->>'maxProperties')::int THEN
-        RETURN format('at %s: %s has more than %s properties', path, left(v::text, 100),
-                      s->>'maxProperties');
+    IF s ?| ARRAY['minProperties', 'maxProperties'] THEN
+        n := (SELECT count(*) FROM jsonb_object_keys(v));
+        IF n < (s->>'minProperties')::int THEN
+            RETURN format('at %s: %s has fewer than %s properties', path,
+                          left(v::text, 100), s->>'minProperties');
+        ELSIF n > (s->>'maxProperties')::int THEN
+            RETURN format('at %s: %s has more than %s properties', path,
+                          left(v::text, 100), s->>'maxProperties');
+        END IF;
     END IF;
-    FOR k, x IN SELECT key, value FROM jsonb_each(v) LOOP
+    IF NOT s ?| ARRAY['properties', 'additionalProperties', 'patternProperties',
+                      'propertyNames', 'dependentRequired', 'dependentSchemas'] THEN
+        RETURN NULL;
+    END IF;
+    FOREACH k IN ARRAY ARRAY(SELECT jsonb_object_keys(v)) LOOP
+        x := v->k;
         at := CASE WHEN k ~ '^[A-Za-z_][A-Za-z0-9_]*$' THEN path || '.' || k
                    ELSE path || '[' || to_jsonb(k)::text || ']' END;
         named := COALESCE(s->'properties' ? k, false);
@@ -209,7 +238,7 @@ BEGIN
         IF msg IS NULL AND s ? 'propertyNames' THEN
             msg := schema_problem(s->'propertyNames', to_jsonb(k), at, root);
         END IF;
-        IF msg IS NULL AND s->'dependentRequired' ? k THEN
+        IF msg IS NULL AND COALESCE(s->'dependentRequired' ? k, false) THEN
             msg := (SELECT format('at %s: %s is a dependency of %s', path, to_jsonb(r),
                                   to_jsonb(k))
                       FROM jsonb_array_elements_text(s->'dependentRequired'->k) r

@@ -77,12 +77,12 @@ def test_modes_warn_off_and_required_registration(db_url: str) -> None:
         c.execute("SET outbox.validate = off")
         _emit(c, "invoice.paid", {"amount": "13"})
         c.execute("SET outbox.validate = loose")
-        with pytest.raises(psycopg.errors.InvalidParameterValue, match="strict, warn or off"):
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match=r"strict, warn or off"):
             _emit(c, "invoice.paid", {"amount": 1})
         c.execute("RESET outbox.validate")
         c.execute("SET outbox.require_registered_types = true")
         with pytest.raises(psycopg.errors.InvalidParameterValue,
-                           match="event type 'other.type' is not registered in the catalog"):
+                           match=r"event type 'other\.type' is not registered in the catalog"):
             _emit(c, "other.type", {})
         _emit(c, "invoice.paid", {"amount": 1})
     assert count(db_url, "events") == 3
@@ -109,12 +109,12 @@ def test_a_keyword_it_cannot_check_is_refused_not_passed(db_url: str) -> None:
                     " ('tag.moved', '{\"$ref\": \"https://example.com/tag.json\"}')")
     with psycopg.connect(db_url) as c:
         with pytest.raises(psycopg.errors.InvalidParameterValue,
-                           match="the keyword unevaluatedProperties cannot be checked by the"
-                                 " SQL emit"):
+                           match=r"the keyword unevaluatedProperties cannot be checked by the"
+                                 r" SQL emit"):
             _emit(c, "tag.added", {})
         c.rollback()
         with pytest.raises(psycopg.errors.InvalidParameterValue,
-                           match="the \\$ref https://example.com/tag.json cannot be checked"):
+                           match=r"the \$ref https://example\.com/tag\.json cannot be checked"):
             _emit(c, "tag.moved", {})
     assert count(db_url, "events") == 0
 
@@ -138,7 +138,8 @@ SCHEMAS: list[dict[str, Any]] = [
     {"type": "object", "dependentRequired": {"k": ["a"]},
      "dependentSchemas": {"a": {"properties": {"k": {"const": 1}}}}},
     {"allOf": [{"type": "object"}, {"required": ["k"]}],
-     "anyOf": [{"properties": {"k": {"type": "integer"}}}, {"properties": {"k": {"type": "string"}}}]},
+     "anyOf": [{"properties": {"k": {"type": "integer"}}},
+               {"properties": {"k": {"type": "string"}}}]},
     {"oneOf": [{"type": "integer"}, {"type": "number", "minimum": 2}]},
     {"not": {"type": "string"}, "if": {"type": "integer"}, "then": {"minimum": 0},
      "else": {"type": "array"}},
