@@ -2,7 +2,7 @@
 Schema (checked) and as a type the catalog does not know (unchecked).
 
     .venv/bin/python -m bench.catalog [--rounds 2000] [--batches 7]
-                                      [--synchronous-commit off]
+                                      [--synchronous-commit off] [--sql]
 
 Interleaved on one psycopg 3 connection in the same run (which goes first alternates), one
 enabled endpoint subscribed to both types, each emit in its own transaction (the app's
@@ -10,6 +10,10 @@ INSERT left out: the ratio is of the emit alone, the harshest view). The catalog
 by the process (the default OUTBOX_CATALOG_REFRESH_SECONDS, re-read when stale, as an
 application sees it). Also ``emit_many`` of 1,000 events, and the check alone
 (jsonschema-rs, per event, in process). Prints medians and ratios, then a JSON line.
+
+``--sql``: the same through the SQL function ``outbox.emit`` (its PL/pgSQL check), one
+``SELECT outbox.emit(...)`` per transaction, and its set form over 1,000 payloads in place
+of ``emit_many``; the check alone is then not measured.
 """
 
 from __future__ import annotations
@@ -65,18 +69,30 @@ def payload(i: int) -> dict[str, Any]:
         "metadata": {"channel": "web", "campaign": "winter"}}
 
 
-def _emit(conn: psycopg.Connection[Any], event: Event) -> float:
+SQL_ONE = "SELECT outbox.emit(%s, %s::jsonb)"
+SQL_MANY = "SELECT count(outbox.emit(%s, p)) FROM jsonb_array_elements(%s::jsonb) p"
+
+
+def _emit(conn: psycopg.Connection[Any], event: Event, in_sql: bool = False) -> float:
+    body = json.dumps(event.payload) if in_sql else ""
     start = time.perf_counter()
     with conn.transaction():
-        outbox.emit(conn, event)
+        if in_sql:
+            conn.execute(SQL_ONE, (event.type, body))
+        else:
+            outbox.emit(conn, event)
     return time.perf_counter() - start
 
 
-def _many(conn: psycopg.Connection[Any], name: str, r: int) -> float:
+def _many(conn: psycopg.Connection[Any], name: str, r: int, in_sql: bool = False) -> float:
     events = [Event(name, payload(r * 1000 + i)) for i in range(1000)]
+    body = json.dumps([e.payload for e in events]) if in_sql else ""
     start = time.perf_counter()
     with conn.transaction():
-        outbox.emit_many(conn, events)
+        if in_sql:
+            conn.execute(SQL_MANY, (name, body))
+        else:
+            outbox.emit_many(conn, events)
     return time.perf_counter() - start
 
 
@@ -92,7 +108,8 @@ def _check_alone(rounds: int) -> float:
     return (time.perf_counter() - start) / rounds
 
 
-def run(url: str, rounds: int, batches: int, synchronous_commit: str | None) -> dict[str, Any]:
+def run(url: str, rounds: int, batches: int, synchronous_commit: str | None,
+        in_sql: bool = False) -> dict[str, Any]:
     with psycopg.connect(url, autocommit=True) as conn:
         if synchronous_commit is not None:
             conn.execute(sql.SQL("ALTER DATABASE {} SET synchronous_commit = {}").format(
@@ -106,17 +123,17 @@ def run(url: str, rounds: int, batches: int, synchronous_commit: str | None) -> 
         order = list(times)
         for i in range(rounds + 200):  # the first 200 warm up (prepares, the catalog read)
             for name in order if i % 2 else order[::-1]:  # alternate who goes first
-                took = _emit(conn, Event(name, payload(i)))
+                took = _emit(conn, Event(name, payload(i)), in_sql)
                 if i >= 200:
                     times[name].append(took)
         many: dict[str, list[float]] = {"invoice.paid": [], "invoice.free": []}
         for r in range(batches):
             for name in order if r % 2 else order[::-1]:
-                many[name].append(_many(conn, name, r))
+                many[name].append(_many(conn, name, r, in_sql))
     checked, free = (percentiles(times[k]) for k in ("invoice.paid", "invoice.free"))
     many_checked, many_free = (statistics.median(many[k]) for k in many)
     return {
-        "rounds": rounds, "payload_bytes": size,
+        "rounds": rounds, "payload_bytes": size, "emit": "sql" if in_sql else "python",
         "synchronous_commit": synchronous_commit or "server default",
         "emit_with_schema_ms": {k: v * 1000 for k, v in checked.items()},
         "emit_without_schema_ms": {k: v * 1000 for k, v in free.items()},
@@ -124,7 +141,7 @@ def run(url: str, rounds: int, batches: int, synchronous_commit: str | None) -> 
         "emit_many_1000_with_schema_ms": many_checked * 1000,
         "emit_many_1000_without_schema_ms": many_free * 1000,
         "emit_many_ratio_median": many_checked / many_free,
-        "check_alone_us": _check_alone(20_000) * 1e6,
+        "check_alone_us": None if in_sql else _check_alone(20_000) * 1e6,
     }
 
 
@@ -133,10 +150,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2000)
     parser.add_argument("--batches", type=int, default=7)
     parser.add_argument("--synchronous-commit", choices=["on", "off"], default=None)
+    parser.add_argument("--sql", action="store_true", help="emit with the SQL function")
     args = parser.parse_args()
     with scratch_database() as url:
-        res = run(url, args.rounds, args.batches, args.synchronous_commit)
-    print(f"payload {res['payload_bytes']} bytes, {res['rounds']} rounds, "
+        res = run(url, args.rounds, args.batches, args.synchronous_commit, args.sql)
+    print(f"{res['emit']} emit, payload {res['payload_bytes']} bytes, {res['rounds']} rounds, "
           f"synchronous_commit {res['synchronous_commit']}")
     print(f"emit, type with a schema      median {res['emit_with_schema_ms']['p50']:.3f} ms"
           f"  p99 {res['emit_with_schema_ms']['p99']:.3f} ms")
@@ -146,7 +164,8 @@ def main() -> None:
     print(f"emit_many 1,000, with schema  median {res['emit_many_1000_with_schema_ms']:.1f} ms"
           f"  without {res['emit_many_1000_without_schema_ms']:.1f} ms"
           f"  ratio {res['emit_many_ratio_median']:.3f}x")
-    print(f"the check alone               {res['check_alone_us']:.1f} us per event")
+    if res["check_alone_us"] is not None:
+        print(f"the check alone               {res['check_alone_us']:.1f} us per event")
     emit_json("catalog", res)
 
 

@@ -57,7 +57,7 @@ def reference_statement() -> str:
 def _setup(url: str, subscribed: bool, n: int) -> None:
     with psycopg.connect(url, autocommit=True) as c:
         c.execute("TRUNCATE outbox.events, outbox.deliveries, outbox.delivery_attempts,"
-                  " outbox.endpoints")
+                  " outbox.endpoint_flow, outbox.endpoints")
         ep.add(c, "http://127.0.0.1:9/bad", schema=SCHEMA, tenant="acme", max_attempts=1)
         if subscribed:
             ep.add(c, "http://127.0.0.1:9/ops", schema=SCHEMA, tenant="acme",

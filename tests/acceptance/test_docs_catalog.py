@@ -51,3 +51,13 @@ def test_the_guide_runs(db_url: str, tmp_path: Path) -> None:
     parsed = subprocess.run([sys.executable, "-c", check, payload], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=60)
     assert parsed.stdout.strip() == "InvoicePaid", parsed.stderr
+
+
+def test_the_readme_shows_the_flow_this_guide_runs() -> None:
+    """The README's catalog section is the guide's model module and shell steps, verbatim
+    (the test above runs them)."""
+    readme = (ROOT / "README.md").read_text()
+    steps = [b for b in blocks("sh") if "datamodel-codegen" in b]
+    for block in ([python_file("# shop_events.py")], steps):
+        (text,) = block
+        assert text in readme

@@ -288,3 +288,21 @@ def test_worker_processes_racing_count_one_streak_and_report_one_failing(
                         " JOIN outbox.deliveries d ON d.id = a.delivery_id"
                         " WHERE d.endpoint_id = %s AND a.outcome <> 'fenced'", (bad,)) == [
         (1200,)]
+
+
+def test_the_readme_table_shows_every_type_with_the_guides_data() -> None:
+    """The README's table: one row per operational type, its example ``data`` with the keys
+    of the guide's example (which the test above checks against a real worker's)."""
+    import json
+    import re
+    from pathlib import Path
+
+    from outbox.admin.opevents import TYPES
+    from tests.support.docs import snippet
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    rows = re.findall(r"^\| `(outbox\.[a-z.]+)` \| [^|]+ \| `(\{.*\})` \|$", readme, re.M)
+    assert [t for t, _ in rows] == list(TYPES)
+    for op_type, data in rows:
+        guide = json.loads(snippet("guides/operational-events.md", op_type, "json"))["data"]
+        assert list(json.loads(data)) == list(guide), op_type

@@ -48,6 +48,7 @@ def test_app_role_calls_emit_and_no_other_outbox_function(
     _denied(_as(db_url, app), [
         "SELECT outbox.uuid7()",
         "SELECT outbox.check_event('x', NULL, NULL, NULL)",
+        "SELECT outbox.schema_problem('{}', '{}', '$', '{}')",
         "SELECT outbox.capture_add('outbox.events', 'x')",
         "SELECT outbox.capture_remove('outbox.events')",
         "SELECT * FROM outbox.captures",
