@@ -45,6 +45,10 @@ class Job:
     oauth2_client_id: str | None = None
     oauth2_client_secret: str | None = field(default=None, repr=False)
     oauth2_scope: str | None = None
+    # Set (and every sealed field above emptied) when this row's sealed values do not open
+    # with the worker's keys: the job is dead-lettered with this reason, never sent, and
+    # the rest of its claim goes on. Not a claim column: always the last field.
+    unopened: str | None = None
 
     @property
     def webhook_id(self) -> str:

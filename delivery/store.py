@@ -30,6 +30,7 @@ from outbox.delivery import queries
 from outbox.delivery.connections import Connections
 from outbox.delivery.jobs import Completion, Job
 from outbox.delivery.settings import WorkerSettings
+from outbox.errors import ConfigurationError
 
 log = logging.getLogger("outbox.worker")
 T = TypeVar("T")
@@ -44,7 +45,9 @@ NO_FLOOR = -(1 << 63)
 # the connection or the schema: a batch failing with one is split to find the rows.
 ROW_ERRORS = (psycopg.errors.DataError, psycopg.errors.IntegrityError)
 
-_JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
+# the claim's columns: every field of Job but the last (``unopened``, set here)
+_JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))[:-1]
+assert dataclasses.fields(Job)[-1].name == "unopened"
 _SECRET = _JOB_FIELDS.index("secret")  # previous_secret follows it
 assert _JOB_FIELDS[_SECRET + 1] == "previous_secret"
 _CREDENTIALS = _JOB_FIELDS.index("credentials")
@@ -77,6 +80,11 @@ def job_row(box: SecretBox) -> AsyncRowFactory[Job]:
     names key a cache, so the names are resolved once per distinct column list (building
     ``cursor.description`` costs ~30 us a claim); each row is then built positionally
     (``class_row`` builds by keyword: ~3x slower on the hot path).
+
+    A row whose sealed values no key opens (sealed with a key the worker lacks, or
+    tampered with) is this row's problem only: its job comes back with every sealed field
+    emptied and ``unopened`` set (the worker dead-letters it unsent, :func:`~.request.send_job`),
+    never an error that would fail the whole claim for every tenant.
     """
     open_ = box.open
     pickers: dict[tuple[bytes | None, ...], Callable[[Sequence[Any]], Any]] = {}
@@ -92,23 +100,39 @@ def job_row(box: SecretBox) -> AsyncRowFactory[Job]:
 
         def make(values: Sequence[Any]) -> Job:
             v = list(pick(values))
-            v[_SECRET] = open_(v[_SECRET])
-            previous = v[_SECRET + 1]
-            v[_SECRET + 1] = open_(previous) if previous else None
-            if v[_CREDENTIALS] is not None:
-                v[_CREDENTIALS] = open_(v[_CREDENTIALS])
-            if v[_SECRET_HEADERS]:
-                v[_SECRET_HEADERS] = {k: open_(s) for k, s in v[_SECRET_HEADERS].items()}
-            for i in _SEALED:
-                if v[i] is not None:
-                    v[i] = open_(v[i])
-            if v[_OAUTH2_SECRET] is not None:
-                v[_OAUTH2_SECRET] = open_(v[_OAUTH2_SECRET])
+            try:
+                _open_sealed(v, open_)
+            except ConfigurationError as exc:  # this row only (see job_row)
+                return Job(*_emptied(list(pick(values))), unopened=str(exc))
             return Job(*v)
 
         return make
 
     return factory
+
+
+def _open_sealed(v: list[Any], open_: Callable[[str], str]) -> None:
+    """Open, in place, the sealed values of a claim row ``v`` (Job's field order)."""
+    v[_SECRET] = open_(v[_SECRET])
+    previous = v[_SECRET + 1]
+    v[_SECRET + 1] = open_(previous) if previous else None
+    if v[_CREDENTIALS] is not None:
+        v[_CREDENTIALS] = open_(v[_CREDENTIALS])
+    if v[_SECRET_HEADERS]:
+        v[_SECRET_HEADERS] = {k: open_(s) for k, s in v[_SECRET_HEADERS].items()}
+    for i in _SEALED:
+        if v[i] is not None:
+            v[i] = open_(v[i])
+    if v[_OAUTH2_SECRET] is not None:
+        v[_OAUTH2_SECRET] = open_(v[_OAUTH2_SECRET])
+
+
+def _emptied(v: list[Any]) -> list[Any]:
+    """A claim row ``v`` with none of its sealed values (opened or not) left in it."""
+    v[_SECRET], v[_SECRET + 1], v[_CREDENTIALS], v[_SECRET_HEADERS] = "", None, None, None
+    for i in (*_SEALED, _OAUTH2_SECRET):
+        v[i] = None
+    return v
 
 
 def _job_picker(names: list[str]) -> Callable[[Sequence[Any]], Any]:
