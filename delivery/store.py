@@ -103,7 +103,8 @@ def job_row(box: SecretBox) -> AsyncRowFactory[Job]:
             try:
                 _open_sealed(v, open_)
             except ConfigurationError as exc:  # this row only (see job_row)
-                return Job(*_emptied(list(pick(values))), unopened=str(exc))
+                return dataclasses.replace(Job(*_emptied(list(pick(values)))),
+                                           unopened=str(exc))
             return Job(*v)
 
         return make

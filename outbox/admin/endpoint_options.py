@@ -41,6 +41,7 @@ __all__ = [
     "HEADER_NAME_MAX",
     "HEADER_VALUE_MAX",
     "PEM_MAX",
+    "RATE_MAX",
     "RESERVED_HEADERS",
     "RESERVED_PREFIX",
     "SIGNATURES",
@@ -56,6 +57,10 @@ __all__ = [
 ]
 
 HEADER_NAME_MAX = 128
+RATE_MAX = 1_000_000
+"""The highest rate limit (``rate_limit``, ``tenant_rate_limit``: requests per second, finite
+and above 0) and burst (``rate_burst``: 1 or more) an endpoint takes, wherever it is set:
+the library, the CLI, the API and the database's CHECKs (migrations/0022_rate_bounds.sql)."""
 HEADER_VALUE_MAX = 4096
 HEADERS_MAX = 32
 _TOKEN = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")

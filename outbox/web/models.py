@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from outbox.admin.endpoint_oauth2 import OAuth2Fields, OAuth2Options
 from outbox.admin.endpoint_options import (
+    RATE_MAX,
     TEXT_PATTERN,
     CredentialChanges,
     EndpointCredentials,
@@ -19,6 +20,9 @@ from outbox.admin.endpoint_options import (
 )
 
 _Types = list[str] | None
+# requests per second to an endpoint across every worker, and how many at once above that
+_RateLimit = Annotated[float | None, Field(gt=0, le=RATE_MAX, allow_inf_nan=False, strict=True)]
+_RateBurst = Annotated[int | None, Field(ge=1, le=RATE_MAX, strict=True)]
 _Headers = Headers | None
 # A delivery id (a bigint): the routes refuse others with 422 invalid_parameter
 # (outbox.web.deps.check_delivery_ids); the schema states the range.
@@ -91,8 +95,8 @@ class EndpointIn(PortalEndpointIn, EndpointOptions):
     tenant: str | None = Field(default=None, json_schema_extra=TENANT)
     all_tenants: bool = False
     # requests per second across every worker, and how many at once above that
-    rate_limit: float | None = Field(default=None, gt=0, le=1_000_000, allow_inf_nan=False)
-    rate_burst: int | None = Field(default=None, ge=1, le=1_000_000)
+    rate_limit: _RateLimit = None
+    rate_burst: _RateBurst = None
 
 
 class PortalEndpointPatch(CredentialChanges, OAuth2Fields):
@@ -107,7 +111,7 @@ class PortalEndpointPatch(CredentialChanges, OAuth2Fields):
     clear_headers: bool = False
     description: str | None = Field(default=None, max_length=1000)
     # requests per second (the portal: the tenant's own, at most the operator's)
-    rate_limit: float | None = Field(default=None, gt=0, le=1_000_000, allow_inf_nan=False)
+    rate_limit: _RateLimit = None
     clear_rate_limit: bool = False
     clear_oauth2: bool = False
     # absent: kept; null: removed (filter_change)
@@ -124,7 +128,7 @@ def filter_change(body: PortalEndpointPatch) -> dict[str, Any]:
 class EndpointPatch(PortalEndpointPatch, EndpointOptions):
     """``PATCH /api/endpoints/{id}``: as ``outbox endpoints update``."""
 
-    rate_burst: int | None = Field(default=None, ge=1, le=1_000_000)
+    rate_burst: _RateBurst = None
 
 
 class DisableIn(Strict):
