@@ -92,7 +92,7 @@ from outbox._db import queries as core
 # of the picked rows: O(limit) rows, never a key's backlog. 'fresh' and 'waiting' rows
 # are in neither claim index: a key's backlog behind its head (retrying, or dead) costs
 # the ring and the fill nothing.
-# Its columns are named after Job's fields (outbox.delivery.store.job_row matches them by
+# Its columns are named after Job's fields (outbox.delivery.jobs.job_row matches them by
 # name and refuses a result that is not a Job); the secrets are opened in Python.
 
 # The claim's per-endpoint budgets (its `budget` CTE): for each endpoint the claim may take
