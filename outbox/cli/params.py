@@ -6,6 +6,7 @@ A bad value is a usage error (exit 2) naming the option and an accepted form.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -108,6 +109,17 @@ def delivery_options(f: F) -> F:
             help=f"{limit['help']}: {number(limit['min'])} to {number(limit['max'])} "
                  f"(default: {default}).")(f)
     return f
+
+
+class FiniteRange(click.FloatRange):
+    """click's ``FloatRange`` refusing NaN and infinities too (NaN passes its comparisons)."""
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
 
 
 class Rate(click.ParamType[float]):
