@@ -22,7 +22,8 @@ from outbox.admin.endpoint_options import (
 _Types = list[str] | None
 # requests per second to an endpoint across every worker, and how many at once above that
 _RateLimit = Annotated[float | None, Field(gt=0, le=RATE_MAX, allow_inf_nan=False, strict=True)]
-_RateBurst = Annotated[int | None, Field(ge=1, le=RATE_MAX, strict=True)]
+# (lax, unlike the rate: a JSON Schema integer may be written 20.0)
+_RateBurst = Annotated[int | None, Field(ge=1, le=RATE_MAX)]
 _Headers = Headers | None
 # A delivery id (a bigint): the routes refuse others with 422 invalid_parameter
 # (outbox.web.deps.check_delivery_ids); the schema states the range.
