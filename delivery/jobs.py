@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg.rows import AsyncRowFactory, RowMaker, no_result
@@ -167,3 +167,47 @@ def _job_picker(names: list[str]) -> Callable[[Sequence[Any]], Any]:
     if sorted(names) != sorted(_JOB_FIELDS):
         raise TypeError(f"claim columns {names} are not Job's fields {list(_JOB_FIELDS)}")
     return itemgetter(*(names.index(f) for f in _JOB_FIELDS))
+
+
+class Unloaded(NamedTuple):
+    """A claimed row Python cannot hold (a value out of its types' range, e.g. an event time
+    of ``infinity`` written by hand): its lease, to dead-letter it, and the error."""
+
+    delivery_id: int
+    token: uuid.UUID
+    attempt: int
+    error: str
+
+
+async def load_each(cur: psycopg.AsyncCursor[Job]) -> tuple[list[Job], list[Unloaded]]:
+    """The claim's rows one at a time, once loading them all at once failed: the jobs, and
+    the rows a value of which cannot be loaded (their lease read from the raw result)."""
+    res = cur.pgresult
+    assert res is not None
+    names = [res.fname(i) for i in range(res.nfields)]
+    at = [names.index(name) for name in (b"delivery_id", b"token", b"attempt")]
+    jobs: list[Job] = []
+    unloaded: list[Unloaded] = []
+    await cur.scroll(0, mode="absolute")
+    for pos in range(res.ntuples):
+        try:
+            job = await cur.fetchone()
+        except psycopg.DataError as exc:
+            raw = [_raw(res, pos, i) for i in at]
+            unloaded.append(Unloaded(int(raw[0]), uuid.UUID(raw[1]), int(raw[2]),
+                                     f"{type(exc).__name__}: {exc}"))
+            await cur.scroll(1)
+            continue
+        if job is not None:
+            jobs.append(job)
+    return jobs, unloaded
+
+
+def _raw(res: Any, row: int, col: int) -> str:
+    """One value of a result as text (an integer or a UUID, in text or binary format)."""
+    value = bytes(res.get_value(row, col))
+    if res.fformat(col) == 0:
+        return value.decode()
+    if len(value) == 16:
+        return str(uuid.UUID(bytes=value))
+    return str(int.from_bytes(value, "big", signed=True))

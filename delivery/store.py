@@ -25,7 +25,7 @@ from psycopg.rows import class_row
 from outbox._db.connection import outage, read_only, render, translated
 from outbox.delivery import queries
 from outbox.delivery.connections import Connections
-from outbox.delivery.jobs import Completion, Job, job_row
+from outbox.delivery.jobs import Completion, Job, Unloaded, job_row, load_each
 from outbox.delivery.settings import WorkerSettings
 
 log = logging.getLogger("outbox.worker")
@@ -186,23 +186,44 @@ class Store:
                   "floor": self._claim_floor}
         read_floor = time.monotonic() - self._floor_read_at >= FLOOR_EVERY
 
-        async def op(fresh: bool) -> list[Job]:
+        async def op(fresh: bool) -> tuple[list[Job], list[Unloaded]]:
             async with self.connections.transaction(fresh=fresh) as conn:
                 await conn.execute(queries.CLAIM_POSITION_SET, (self._claim_after,))
                 cur = conn.cursor(row_factory=self._job_row)
                 await cur.execute(self._claim_sql, params)
                 position = await conn.execute(queries.CLAIM_POSITION_GET)
                 floor = await conn.execute(self._floor_sql) if read_floor else None
-            jobs = await cur.fetchall()
+            unloaded: list[Unloaded] = []
+            try:
+                jobs = await cur.fetchall()
+            except psycopg.DataError:  # a value of some row Python cannot hold: those rows
+                jobs, unloaded = await load_each(cur)  # only (dead-lettered below)
             row = await position.fetchone()
             self._claim_after = str(row[0] or "") if row else ""
             if floor is not None:  # for the next claims
                 got = await floor.fetchone()
                 self._claim_floor = int(got[0]) if got and got[0] is not None else NO_FLOOR
                 self._floor_read_at = time.monotonic()
-            return jobs
+            return jobs, unloaded
 
-        return await self._retrying(op)
+        jobs, unloaded = await self._retrying(op)
+        if unloaded:
+            await self._dead_unloaded(unloaded)
+        return jobs
+
+    async def _dead_unloaded(self, rows: Sequence[Unloaded]) -> None:
+        """Dead-letter claimed rows that could not be loaded (leased, never sent), each
+        logged once and counted (``on_poison``); the rest of their claim goes on."""
+        done = [Completion(
+            delivery_id=r.delivery_id, token=r.token, state="dead", delay=0.0, refund=0,
+            status=None, error=_clean(f"could not be loaded: {r.error}"), outcome="poisoned",
+            attempt=r.attempt, duration_ms=0.0, error_class="poisoned", excerpt=None)
+            for r in rows]
+        for c in done:
+            log.error("delivery %d dead-lettered unsent: its row %s", c.delivery_id, c.error,
+                      extra={"delivery_id": c.delivery_id})
+            self.on_poison(c)
+        await self.complete(done)
 
     async def complete(self, done: Sequence[Completion]) -> int:
         """Record ``done`` in one statement; returns how many were not fenced out.

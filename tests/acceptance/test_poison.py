@@ -138,3 +138,23 @@ def test_a_secret_no_key_opens_is_dead_lettered_alone(db_url: str) -> None:
     assert error == ("could not be attempted: ConfigurationError: an endpoint secret does"
                      " not open with any key in OUTBOX_SECRET_KEY"), error
     assert not [r for r in rx.received if r.path == "/poison"]
+
+
+def test_a_claimed_row_python_cannot_hold_is_dead_lettered_alone(db_url: str) -> None:
+    """An event time of 'infinity' written by hand: the claim's rows load one by one once
+    loading them all fails, that row is dead-lettered unsent, the others are delivered (it
+    used to fail the claim after its commit and stop the worker, the whole claim leased)."""
+    with Receiver() as rx:
+        poison = add_endpoint(db_url, rx.url + "/poison", tenant="acme",
+                              event_types=["poison.event"])
+        add_endpoint(db_url, rx.url + "/healthy", tenant="globex",
+                     event_types=["healthy.event"])
+        _emit(db_url)
+        with psycopg.connect(db_url, autocommit=True) as c:
+            c.execute("""UPDATE outbox.events SET created_at = 'infinity' WHERE id IN (
+                           SELECT event_id FROM outbox.deliveries WHERE endpoint_id = %s)""",
+                      (poison,))
+        worker = _run(db_url, DONE)
+    error = _check(db_url, rx, worker, poison)
+    assert error.startswith("could not be loaded: DataError: timestamp too large"), error
+    assert not [r for r in rx.received if r.path == "/poison"]
