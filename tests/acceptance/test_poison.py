@@ -158,3 +158,28 @@ def test_a_claimed_row_python_cannot_hold_is_dead_lettered_alone(db_url: str) ->
     error = _check(db_url, rx, worker, poison)
     assert error.startswith("could not be loaded: DataError: timestamp too large"), error
     assert not [r for r in rx.received if r.path == "/poison"]
+
+
+def test_an_attempts_count_at_int4s_end_does_not_fail_the_claim(db_url: str) -> None:
+    """attempts = 2147483647 written by hand: the claim's attempts + 1 overflowed and the
+    claim failed for everyone; capped, the row is claimed like any other (and, far past its
+    max_attempts, dead after this attempt) and the others are delivered once."""
+    with Receiver() as rx:
+        rx.script("/poison", [Behaviour(status=500)])
+        poison = add_endpoint(db_url, rx.url + "/poison", tenant="acme",
+                              event_types=["poison.event"])
+        add_endpoint(db_url, rx.url + "/healthy", tenant="globex",
+                     event_types=["healthy.event"])
+        _emit(db_url)
+        with psycopg.connect(db_url, autocommit=True) as c:
+            c.execute("UPDATE outbox.deliveries SET attempts = 2147483647"
+                      " WHERE endpoint_id = %s", (poison,))
+        worker = _run(db_url, DONE)
+    healthy = [r for r in rx.received if r.path == "/healthy"]
+    assert len(healthy) == HEALTHY and len({r.headers["webhook-id"] for r in healthy}) == HEALTHY
+    (state, attempts, error), = rows(db_url, """
+        SELECT state, attempts, last_error FROM outbox.deliveries WHERE endpoint_id = %s""",
+        (poison,))
+    assert (state, attempts) == ("dead", 2147483647)
+    assert str(error).startswith("attempts exhausted (2147483647/"), error
+    assert worker.metrics.poisoned._value.get() == 0
