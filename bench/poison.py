@@ -1,6 +1,8 @@
 """Poison isolation's cost: the worker's batched completion (Store.complete) on the common
 path against the bare COMPLETE statement it wraps (the path before isolation existed), and
-the failure path (one poison row among the batch: split down to it, dead-lettered).
+the failure path (one poison row among the batch: split down to it, dead-lettered). Also
+the claim (Store.claim) with its row-data guards (``attempts + 1`` capped in SQL, rows that
+do not load isolated) against the same claim with the unguarded statement.
 
     python -m bench.poison [--batch 500] [--rounds 15]
 
@@ -45,17 +47,30 @@ async def _bare(store: Store, done: list[Completion]) -> None:
     await cur.fetchone()
 
 
+# the claim statement before its guard: a hand-written attempts of 2147483647 overflowed it
+_UNGUARDED = queries.CLAIM.replace("least(d.attempts, 2147483646) + 1", "d.attempts + 1")
+assert _UNGUARDED != queries.CLAIM
+
+
 async def _rounds(url: str, batch: int, rounds: int) -> dict[str, list[float]]:
     cfg = WorkerSettings(database_url=url, schema_name=SCHEMA, metrics_port=0,
-                         lease_seconds=600.0)
+                         lease_seconds=600.0, endpoint_max_in_flight=batch)  # one endpoint
     store = Store(cfg)
     await store.open()
-    times: dict[str, list[float]] = {"store": [], "bare": [], "poison": []}
+    times: dict[str, list[float]] = {"store": [], "bare": [], "poison": [],
+                                     "claim": [], "claim_unguarded": []}
+    guarded = store._claim_sql
     try:
         for n in range(rounds):  # the order alternates: neither goes first every round
             order = ("store", "bare", "poison") if n % 2 else ("bare", "store", "poison")
             for variant in order:
+                unguarded = variant == "bare"
+                store._claim_sql = render(_UNGUARDED, SCHEMA) if unguarded else guarded
+                start = time.perf_counter()
                 jobs = await store.claim(batch)
+                if variant != "poison":
+                    times["claim_unguarded" if unguarded else "claim"].append(
+                        time.perf_counter() - start)
                 assert len(jobs) == batch, len(jobs)
                 done = [_done(j) for j in jobs]
                 if variant == "poison":  # a retry delay no timestamp can hold
@@ -92,11 +107,14 @@ def main() -> None:
         "median_ms": {k: round(v, 2) for k, v in med.items()},
         "store_over_bare": round(med["store"] / med["bare"], 3),
         "poison_over_store": round(med["poison"] / med["store"], 2),
+        "claim_over_unguarded": round(med["claim"] / med["claim_unguarded"], 3),
     }
     print(f"complete {args.batch} (median of {args.rounds}): Store.complete "
           f"{med['store']:.2f} ms, bare statement {med['bare']:.2f} ms "
           f"(ratio {results['store_over_bare']}); with one poison row {med['poison']:.2f} ms "
           f"({results['poison_over_store']}x)")
+    print(f"claim {args.batch}: Store.claim {med['claim']:.2f} ms, unguarded statement "
+          f"{med['claim_unguarded']:.2f} ms (ratio {results['claim_over_unguarded']})")
     emit_json("poison", results)
 
 

@@ -20,6 +20,7 @@ from outbox.delivery.outcome import AttemptResult
 from outbox.delivery.sender import PhaseTimeouts, Transport, send
 from outbox.delivery.settings import WorkerSettings
 from outbox.delivery.transports import to_message
+from outbox.errors import ConfigurationError
 from outbox.signing import webhook_headers
 
 
@@ -104,8 +105,12 @@ async def send_job(transport: Transport, job: Job, settings: WorkerSettings,
     ``transport.brokers`` instead, under the same total timeout. An endpoint with a TLS
     client certificate connects with it (:meth:`~.sender.Transport.client_ssl`); an
     endpoint with OAuth2 goes through :func:`send_authorized`; the endpoint's secret values
-    never reach the result (:func:`redacted`).
+    never reach the result (:func:`redacted`). A job whose sealed values did not open
+    (``job.unopened``) raises :class:`~outbox.errors.ConfigurationError` before anything is
+    built or sent.
     """
+    if job.unopened is not None:  # never sent without its secrets: dead-lettered alone
+        raise ConfigurationError(job.unopened)
     body = job.payload.encode()
     headers = build_headers(job, body, user_agent=settings.user_agent, timestamp=timestamp)
     total = settings.endpoint_timeout(job.timeout_seconds)

@@ -11,24 +11,21 @@ line when the database goes and one when it is back; never fatal, never a spin.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import logging
 import random
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from operator import itemgetter
 from typing import Any, NamedTuple, TypeVar
 
 import psycopg
-from psycopg.rows import AsyncRowFactory, RowMaker, class_row, no_result
+from psycopg.rows import class_row
 
 from outbox._db.connection import outage, read_only, render, translated
-from outbox._security.secretbox import SecretBox
 from outbox.delivery import queries
 from outbox.delivery.connections import Connections
-from outbox.delivery.jobs import Completion, Job
+from outbox.delivery.jobs import Completion, Job, Unloaded, job_row, load_each
 from outbox.delivery.settings import WorkerSettings
 
 log = logging.getLogger("outbox.worker")
@@ -44,17 +41,6 @@ NO_FLOOR = -(1 << 63)
 # the connection or the schema: a batch failing with one is split to find the rows.
 ROW_ERRORS = (psycopg.errors.DataError, psycopg.errors.IntegrityError)
 
-_JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
-_SECRET = _JOB_FIELDS.index("secret")  # previous_secret follows it
-assert _JOB_FIELDS[_SECRET + 1] == "previous_secret"
-_CREDENTIALS = _JOB_FIELDS.index("credentials")
-_SECRET_HEADERS = _JOB_FIELDS.index("secret_headers")
-# sealed text columns opened when set (the auth secret, the TLS client cert and key)
-_SEALED = tuple(_JOB_FIELDS.index(f) for f in ("auth_secret", "tls_client_cert",
-                                                "tls_client_key"))
-_OAUTH2_SECRET = _JOB_FIELDS.index("oauth2_client_secret")
-
-
 class Backlog(NamedTuple):
     """Due deliveries, the age in seconds of the oldest, the due deliveries of the tenant
     with the most among the oldest 10,000, and the ordered keys a dead head blocks with the
@@ -68,54 +54,6 @@ class Backlog(NamedTuple):
 
 
 _BACKLOG_ROW = class_row(Backlog)
-
-
-def job_row(box: SecretBox) -> AsyncRowFactory[Job]:
-    """Row factory: claim rows as :class:`Job`, secrets opened with ``box``.
-
-    The result's column names must be exactly Job's fields (any order). Each result's raw
-    names key a cache, so the names are resolved once per distinct column list (building
-    ``cursor.description`` costs ~30 us a claim); each row is then built positionally
-    (``class_row`` builds by keyword: ~3x slower on the hot path).
-    """
-    open_ = box.open
-    pickers: dict[tuple[bytes | None, ...], Callable[[Sequence[Any]], Any]] = {}
-
-    def factory(cursor: psycopg.AsyncCursor[Any]) -> RowMaker[Job]:
-        res = cursor.pgresult
-        if res is None or not res.nfields:  # no result, or a command's (no columns)
-            return no_result
-        raw = tuple(map(res.fname, range(res.nfields)))
-        pick = pickers.get(raw)
-        if pick is None:
-            pick = pickers[raw] = _job_picker([c.name for c in cursor.description or ()])
-
-        def make(values: Sequence[Any]) -> Job:
-            v = list(pick(values))
-            v[_SECRET] = open_(v[_SECRET])
-            previous = v[_SECRET + 1]
-            v[_SECRET + 1] = open_(previous) if previous else None
-            if v[_CREDENTIALS] is not None:
-                v[_CREDENTIALS] = open_(v[_CREDENTIALS])
-            if v[_SECRET_HEADERS]:
-                v[_SECRET_HEADERS] = {k: open_(s) for k, s in v[_SECRET_HEADERS].items()}
-            for i in _SEALED:
-                if v[i] is not None:
-                    v[i] = open_(v[i])
-            if v[_OAUTH2_SECRET] is not None:
-                v[_OAUTH2_SECRET] = open_(v[_OAUTH2_SECRET])
-            return Job(*v)
-
-        return make
-
-    return factory
-
-
-def _job_picker(names: list[str]) -> Callable[[Sequence[Any]], Any]:
-    """A row's values in Job's field order, or TypeError if ``names`` are not its fields."""
-    if sorted(names) != sorted(_JOB_FIELDS):
-        raise TypeError(f"claim columns {names} are not Job's fields {list(_JOB_FIELDS)}")
-    return itemgetter(*(names.index(f) for f in _JOB_FIELDS))
 
 
 def _first_line(exc: BaseException | None) -> str:
@@ -248,23 +186,44 @@ class Store:
                   "floor": self._claim_floor}
         read_floor = time.monotonic() - self._floor_read_at >= FLOOR_EVERY
 
-        async def op(fresh: bool) -> list[Job]:
+        async def op(fresh: bool) -> tuple[list[Job], list[Unloaded]]:
             async with self.connections.transaction(fresh=fresh) as conn:
                 await conn.execute(queries.CLAIM_POSITION_SET, (self._claim_after,))
                 cur = conn.cursor(row_factory=self._job_row)
                 await cur.execute(self._claim_sql, params)
                 position = await conn.execute(queries.CLAIM_POSITION_GET)
                 floor = await conn.execute(self._floor_sql) if read_floor else None
-            jobs = await cur.fetchall()
+            unloaded: list[Unloaded] = []
+            try:
+                jobs = await cur.fetchall()
+            except psycopg.DataError:  # a value of some row Python cannot hold: those rows
+                jobs, unloaded = await load_each(cur)  # only (dead-lettered below)
             row = await position.fetchone()
             self._claim_after = str(row[0] or "") if row else ""
             if floor is not None:  # for the next claims
                 got = await floor.fetchone()
                 self._claim_floor = int(got[0]) if got and got[0] is not None else NO_FLOOR
                 self._floor_read_at = time.monotonic()
-            return jobs
+            return jobs, unloaded
 
-        return await self._retrying(op)
+        jobs, unloaded = await self._retrying(op)
+        if unloaded:
+            await self._dead_unloaded(unloaded)
+        return jobs
+
+    async def _dead_unloaded(self, rows: Sequence[Unloaded]) -> None:
+        """Dead-letter claimed rows that could not be loaded (leased, never sent), each
+        logged once and counted (``on_poison``); the rest of their claim goes on."""
+        done = [Completion(
+            delivery_id=r.delivery_id, token=r.token, state="dead", delay=0.0, refund=0,
+            status=None, error=_clean(f"could not be loaded: {r.error}"), outcome="poisoned",
+            attempt=r.attempt, duration_ms=0.0, error_class="poisoned", excerpt=None)
+            for r in rows]
+        for c in done:
+            log.error("delivery %d dead-lettered unsent: its row %s", c.delivery_id, c.error,
+                      extra={"delivery_id": c.delivery_id})
+            self.on_poison(c)
+        await self.complete(done)
 
     async def complete(self, done: Sequence[Completion]) -> int:
         """Record ``done`` in one statement; returns how many were not fenced out.

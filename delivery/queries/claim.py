@@ -92,8 +92,11 @@ from outbox._db import queries as core
 # of the picked rows: O(limit) rows, never a key's backlog. 'fresh' and 'waiting' rows
 # are in neither claim index: a key's backlog behind its head (retrying, or dead) costs
 # the ring and the fill nothing.
-# Its columns are named after Job's fields (outbox.delivery.store.job_row matches them by
+# Its columns are named after Job's fields (outbox.delivery.jobs.job_row matches them by
 # name and refuses a result that is not a Job); the secrets are opened in Python.
+# No row's data may fail the statement (it would fail the claim for everyone): the only
+# arithmetic on a row's own value, attempts + 1, is capped below int4's end (an attempts
+# of 2147483647 written by hand overflowed it); the endpoint numbers are bounded by CHECKs.
 
 # The claim's per-endpoint budgets (its `budget` CTE): for each endpoint the claim may take
 # rows of (the ring's due endpoints and the fill's candidates), how many it may take:
@@ -269,7 +272,7 @@ took AS (
 claimed AS (
     UPDATE {schema}.deliveries d
        SET visible_at = now() + make_interval(secs => %(lease)s),
-           attempts = d.attempts + 1,
+           attempts = least(d.attempts, 2147483646) + 1,
            lease_token = %(token)s
      WHERE d.id = ANY (ARRAY(SELECT id FROM picked UNION ALL SELECT id FROM fill))
        AND d.id >= %(floor)s::bigint

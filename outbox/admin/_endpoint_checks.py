@@ -21,7 +21,7 @@ from outbox._security.ssrf import (
     check_url_sync,
 )
 from outbox.admin._routing import validate_filters
-from outbox.admin.endpoint_options import EndpointOptions, check_headers
+from outbox.admin.endpoint_options import RATE_MAX, EndpointOptions, check_headers
 from outbox.errors import EndpointNotFound, InvalidEndpoint
 
 URL_MAX_LENGTH = 2048
@@ -130,12 +130,15 @@ def split_url(url: str) -> tuple[str, str | None]:
     return split_credentials(url) if is_broker(url) else (url, None)
 
 
-def positive(name: str, value: float | None, upper: float | None = None) -> Any:
+def positive(name: str, value: float | None, upper: float = RATE_MAX) -> Any:
+    """``value`` if None or a finite number above 0 and at most ``upper`` (NaN, infinities,
+    booleans and text refused: :class:`InvalidEndpoint`)."""
     if value is None:
         return None
-    if value <= 0 or (upper is not None and value > upper):
-        bound = f" and at most {upper:g}" if upper is not None else ""
-        raise InvalidEndpoint(f"{name} must be positive{bound}, got {value}")
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number or not 0 < value <= upper:  # NaN fails every comparison
+        raise InvalidEndpoint(f"{name} must be positive and at most {upper:g} (a finite"
+                              f" number), got {value!r}")
     return value
 
 
@@ -148,8 +151,8 @@ def rate_params(rate_limit: float | None, rate_burst: int | None, *,
     if rate_burst is not None and (isinstance(rate_burst, bool)
                                    or not isinstance(rate_burst, int)):
         raise InvalidEndpoint(f"rate_burst must be a whole number, got {rate_burst!r}")
-    return {"rate_limit": positive("rate_limit", rate_limit, upper=1_000_000),
-            "rate_burst": positive("rate_burst", rate_burst, upper=1_000_000)}
+    return {"rate_limit": positive("rate_limit", rate_limit),
+            "rate_burst": positive("rate_burst", rate_burst)}
 
 
 def flag(name: str, value: bool | None) -> bool | None:

@@ -29,6 +29,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
@@ -41,6 +42,7 @@ __all__ = [
     "HEADER_NAME_MAX",
     "HEADER_VALUE_MAX",
     "PEM_MAX",
+    "RATE_MAX",
     "RESERVED_HEADERS",
     "RESERVED_PREFIX",
     "SIGNATURES",
@@ -56,6 +58,10 @@ __all__ = [
 ]
 
 HEADER_NAME_MAX = 128
+RATE_MAX = 1_000_000
+"""The highest rate limit (``rate_limit``, ``tenant_rate_limit``: requests per second, finite
+and above 0) and burst (``rate_burst``: 1 or more) an endpoint takes, wherever it is set:
+the library, the CLI, the API and the database's CHECKs (migrations/0022_rate_bounds.sql)."""
 HEADER_VALUE_MAX = 4096
 HEADERS_MAX = 32
 _TOKEN = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
@@ -94,6 +100,17 @@ TEXT_PATTERN = "^[ -~\u0080-\ud7ff\ue000-\uffff]+$"
 _Seconds = Field(ge=0.001, allow_inf_nan=False, strict=True)
 
 
+def _integral(value: Any) -> Any:
+    """``19.0`` as ``19``: JSON Schema counts it an integer, so the API must take it (the
+    check stays strict otherwise: ``true``, ``"5"`` and ``1.5`` are refused)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+_Integer = BeforeValidator(_integral)
+
+
 class EndpointOptions(BaseModel):
     """Per-endpoint overrides of the worker's settings; ``None``: the worker's default
     (on update: unchanged). Unknown names are refused."""
@@ -102,7 +119,7 @@ class EndpointOptions(BaseModel):
 
     max_attempts: Annotated[int | None, Field(
         ge=1, le=100, strict=True, description="Attempts before a delivery is dead",
-        json_schema_extra={"default_setting": "OUTBOX_MAX_ATTEMPTS"})] = None
+        json_schema_extra={"default_setting": "OUTBOX_MAX_ATTEMPTS"}), _Integer] = None
     retry_base_seconds: Annotated[float | None, _Seconds, Field(
         le=86_400, description="First retry delay scale, seconds",
         json_schema_extra={"default_setting": "OUTBOX_RETRY_BASE_SECONDS"})] = None
@@ -116,7 +133,7 @@ class EndpointOptions(BaseModel):
     max_in_flight: Annotated[int | None, Field(
         ge=1, le=10_000, strict=True,
         description="Requests in flight to this endpoint per worker process",
-        json_schema_extra={"default_setting": "OUTBOX_ENDPOINT_MAX_IN_FLIGHT"})] = None
+        json_schema_extra={"default_setting": "OUTBOX_ENDPOINT_MAX_IN_FLIGHT"}), _Integer] = None
 
     @classmethod
     def checked(cls, values: Mapping[str, Any]) -> EndpointOptions:

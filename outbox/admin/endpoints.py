@@ -329,7 +329,7 @@ def set_tenant_rate_limit(
     :class:`InvalidEndpoint`, nothing written). An endpoint of another tenant, or of every
     tenant, is :class:`EndpointNotFound`, as if absent."""
     validate_scope(tenant, all_tenants=False)
-    limit = positive("rate_limit", rate_limit, upper=1_000_000)
+    limit = positive("rate_limit", rate_limit)
     current = get(conn, endpoint_id, schema=schema)
     if current.tenant != tenant or current.all_tenants:
         raise EndpointNotFound(f"no endpoint {endpoint_id}")

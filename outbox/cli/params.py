@@ -6,6 +6,7 @@ A bad value is a usage error (exit 2) naming the option and an accepted form.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -15,7 +16,7 @@ import click
 from outbox.admin import _timeparse
 from outbox.admin.endpoint_oauth2 import OAuth2Options
 from outbox.admin.endpoint_oauth2 import fields as oauth2_fields
-from outbox.admin.endpoint_options import CredentialChanges, EndpointOptions, limits
+from outbox.admin.endpoint_options import RATE_MAX, CredentialChanges, EndpointOptions, limits
 
 
 class Duration(click.ParamType[dt.timedelta]):
@@ -110,15 +111,46 @@ def delivery_options(f: F) -> F:
     return f
 
 
+class FiniteRange(click.FloatRange):
+    """click's ``FloatRange`` refusing NaN and infinities too (NaN passes its comparisons)."""
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+class Rate(click.ParamType[float]):
+    """Requests per second: a finite number above 0 and at most
+    :data:`~outbox.admin.endpoint_options.RATE_MAX` (NaN and infinities are a usage error)."""
+
+    name = "number"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not 0 < number <= RATE_MAX:  # NaN fails every comparison
+            self.fail(f"must be above 0 and at most {RATE_MAX:,} (a finite number), got "
+                      f"{value}", param, ctx)
+        return number
+
+
+RATE = Rate()
+
+
 def rate_options(f: F) -> F:
     """``--rate-limit N`` and ``--burst B``: requests per second to the endpoint across every
     worker, and how many may go at once above that (add and update share them)."""
     options = [
-        click.option("--rate-limit", type=click.FloatRange(min=0, min_open=True,
-                                                           max=1_000_000), default=None,
+        click.option("--rate-limit", type=RATE, default=None,
                      metavar="N", help="At most N requests per second to this endpoint, "
                      "across every worker process and host (default: no fixed limit)."),
-        click.option("--burst", "rate_burst", type=click.IntRange(1, 1_000_000),
+        click.option("--burst", "rate_burst", type=click.IntRange(1, RATE_MAX),
                      default=None, metavar="B",
                      help="Requests allowed at once above the rate (default: N)."),
     ]

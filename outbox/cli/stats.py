@@ -14,7 +14,7 @@ from outbox.admin import flow
 from outbox.admin import stats as st
 from outbox.admin._timeparse import format_duration
 from outbox.cli.output import cut, print_table, to_jsonable
-from outbox.cli.params import tenant_option
+from outbox.cli.params import FiniteRange, tenant_option
 from outbox.cli.root import Context, cli, pass_ctx
 
 TOP_TENANTS = 10
@@ -82,9 +82,9 @@ def _as_json(snap: st.Snapshot, flows: Flows) -> str:
 @cli.command()
 @click.option("--json", "as_json", is_flag=True,
               help="JSON for scripts (with --watch: one JSON object per line).")
-@click.option("--watch", type=click.FloatRange(min=0.2), is_flag=False, flag_value=2.0,
-              default=None, metavar="[SECONDS]",
-              help="Refresh every SECONDS (2 if omitted) until Ctrl-C.")
+@click.option("--watch", type=FiniteRange(min=0.2, max=86_400), is_flag=False,
+              flag_value=2.0, default=None, metavar="[SECONDS]",
+              help="Refresh every SECONDS (2 if omitted; 0.2 to 86,400) until Ctrl-C.")
 @tenant_option("Only this tenant's endpoints (and the all-tenants ones), counting only "
                "deliveries of its events.")
 @click.option("--iterations", type=click.IntRange(min=1), default=None, hidden=True)

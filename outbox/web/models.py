@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from outbox.admin.endpoint_oauth2 import OAuth2Fields, OAuth2Options
 from outbox.admin.endpoint_options import (
+    RATE_MAX,
     TEXT_PATTERN,
     CredentialChanges,
     EndpointCredentials,
@@ -20,6 +21,10 @@ from outbox.admin.endpoint_options import (
 from outbox.admin.endpoints import DESCRIPTION_MAX_LENGTH, URL_MAX_LENGTH
 
 _Types = list[str] | None
+# requests per second to an endpoint across every worker, and how many at once above that
+_RateLimit = Annotated[float | None, Field(gt=0, le=RATE_MAX, allow_inf_nan=False, strict=True)]
+# (lax, unlike the rate: a JSON Schema integer may be written 20.0)
+_RateBurst = Annotated[int | None, Field(ge=1, le=RATE_MAX)]
 _Headers = Headers | None
 # A delivery id (a bigint): the routes refuse others with 422 invalid_parameter
 # (outbox.web.deps.check_delivery_ids); the schema states the range.
@@ -92,8 +97,8 @@ class EndpointIn(PortalEndpointIn, EndpointOptions):
     tenant: str | None = Field(default=None, json_schema_extra=TENANT)
     all_tenants: bool = False
     # requests per second across every worker, and how many at once above that
-    rate_limit: float | None = Field(default=None, gt=0, le=1_000_000, allow_inf_nan=False)
-    rate_burst: int | None = Field(default=None, ge=1, le=1_000_000)
+    rate_limit: _RateLimit = None
+    rate_burst: _RateBurst = None
 
 
 class PortalEndpointPatch(CredentialChanges, OAuth2Fields):
@@ -108,7 +113,7 @@ class PortalEndpointPatch(CredentialChanges, OAuth2Fields):
     clear_headers: bool = False
     description: str | None = Field(default=None, max_length=DESCRIPTION_MAX_LENGTH)
     # requests per second (the portal: the tenant's own, at most the operator's)
-    rate_limit: float | None = Field(default=None, gt=0, le=1_000_000, allow_inf_nan=False)
+    rate_limit: _RateLimit = None
     clear_rate_limit: bool = False
     clear_oauth2: bool = False
     # absent: kept; null: removed (filter_change)
@@ -125,7 +130,7 @@ def filter_change(body: PortalEndpointPatch) -> dict[str, Any]:
 class EndpointPatch(PortalEndpointPatch, EndpointOptions):
     """``PATCH /api/endpoints/{id}``: as ``outbox endpoints update``."""
 
-    rate_burst: int | None = Field(default=None, ge=1, le=1_000_000)
+    rate_burst: _RateBurst = None
 
 
 class DisableIn(Strict):

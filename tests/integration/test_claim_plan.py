@@ -124,8 +124,7 @@ def test_completion_plan_finds_rows_by_primary_key(db_url: str) -> None:
 def test_claim_rows_are_jobs_by_name(db_url: str) -> None:
     """The claim's columns are Job's fields; job_row refuses a result that is not a Job."""
     from outbox._security.secretbox import SecretBox
-    from outbox.delivery.jobs import Job
-    from outbox.delivery.store import job_row
+    from outbox.delivery.jobs import Job, job_row
 
     endpoint = add_endpoint(db_url, "https://example.com/h", headers={"X-Team": "billing"})
     (event,) = emit(db_url, 1, "x")

@@ -95,7 +95,9 @@ def test_stats_watch(db_url: str, dataset: tuple[uuid.UUID, uuid.UUID]) -> None:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--watch", "0"], "0"), (["--watch", "often"], "often")])
+    (["--watch", "0"], "0"), (["--watch", "often"], "often"),
+    (["--watch", "nan"], "'nan' is not a finite number"), (["--watch", "inf"], "inf"),
+    (["--watch", "1e300"], "1e+300")])
 def test_stats_bad_arguments(db_url: str, args: list[str], message: str) -> None:
     done = invoke(db_url, "stats", *args)
     assert done.exit_code == 2

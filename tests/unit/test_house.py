@@ -89,7 +89,7 @@ PUBLIC: dict[str, set[str]] = {
     "outbox.admin.activity": {"Minute", "last_hour"},
     "outbox.admin.sessions": {"is_revoked", "revoke"},
     "outbox.admin.endpoint_options": {"CREDENTIAL_MAX", "CredentialChanges",
-                                      "EndpointCredentials", "PEM_MAX",
+                                      "EndpointCredentials", "PEM_MAX", "RATE_MAX",
                                       "EndpointOptions", "HEADERS_MAX", "HEADER_NAME_MAX",
                                       "HEADER_VALUE_MAX", "Headers", "RESERVED_HEADERS",
                                       "RESERVED_PREFIX", "SIGNATURES", "Signature",

@@ -85,3 +85,16 @@ def test_options_at_their_bounds_are_stored(db_url: str, api: TestClient,
     assert {k: endpoint[k] for k in body} == body
     patched = api.patch(f"/api/endpoints/{endpoint['id']}", json={"max_in_flight": 2})
     assert patched.status_code == 200 and patched.json()["endpoint"]["max_in_flight"] == 2
+
+
+def test_an_integer_written_with_a_point_zero_is_that_integer(api: TestClient) -> None:
+    """JSON Schema counts 19.0 an integer, so a client generated from the document may send
+    it: taken as 19 (1.5 and "5" stay refused: NUMBERS)."""
+    body = (f'{{{URL}, "max_attempts": 19.0, "max_in_flight": 3.0, "rate_limit": 5,'
+            ' "rate_burst": 20.0}')
+    created = api.post("/api/endpoints", content=body.encode(),
+                       headers={"Content-Type": "application/json"})
+    assert created.status_code == 201, created.text
+    endpoint = created.json()["endpoint"]
+    assert (endpoint["max_attempts"], endpoint["max_in_flight"], endpoint["rate_burst"]) == (
+        19, 3, 20)

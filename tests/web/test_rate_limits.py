@@ -3,11 +3,12 @@ limit but never raise it above the operator's."""
 
 from __future__ import annotations
 
+import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from outbox.admin.portal import WebSettings
-from tests.web.conftest import enter_portal, new_client
+from tests.web.conftest import World, enter_portal, new_client, snapshot
 
 URL = "https://example.com/hook"
 
@@ -56,3 +57,32 @@ def test_console_endpoints_page_shows_allowed_rate_and_throttling(
                   " WHERE endpoint_id = %s", (limited.id,))
     page = client.get("/endpoints").text
     assert "12/s" in page and "throttled" in page.split("<tbody>", 1)[1]
+
+
+BAD_RATES = ['"rate_limit": NaN', '"rate_limit": 1e400', '"rate_limit": -Infinity',
+             '"rate_limit": 1e300', '"rate_limit": 0', '"rate_limit": "5"',
+             '"rate_limit": 5, "rate_burst": 2147483648', '"rate_limit": 5, "rate_burst": 0']
+
+
+@pytest.mark.parametrize("field", BAD_RATES)
+def test_bad_rates_are_refused_with_nothing_stored(db_url: str, app: FastAPI, api: TestClient,
+                                                   world: World, web_settings: WebSettings,
+                                                   field: str) -> None:
+    """Sent as raw JSON, as a client would (Python's parser reads NaN and 1e400)."""
+    before = snapshot(db_url)
+    json = {"Content-Type": "application/json"}
+    created = api.post("/api/endpoints", content=f'{{"url": "{URL}", {field}}}'.encode(),
+                       headers=json)
+    patched = api.patch(f"/api/endpoints/{world.a.endpoint}", content=f"{{{field}}}".encode(),
+                        headers=json)
+    answers = [created, patched]
+    if "rate_burst" not in field:  # the portal sets the tenant's own limit, no burst
+        with new_client(app) as client:
+            csrf = enter_portal(client, web_settings, "acme")
+            answers.append(client.patch(f"/api/portal/endpoints/{world.a.endpoint}",
+                                        content=f"{{{field}}}".encode(),
+                                        headers={**json, "X-CSRF-Token": csrf}))
+    for answer in answers:
+        assert answer.status_code == 422 and "rate_" in answer.json()["error"]["message"]
+    assert snapshot(db_url) == before
+    assert api.get("/api/endpoints").status_code == 200

@@ -86,6 +86,27 @@ def test_every_authenticated_answer_is_private(app: FastAPI, world: World,
     assert css.headers["cache-control"].startswith("public")
 
 
+def test_every_authenticated_answer_to_a_change_is_private(
+        app: FastAPI, world: World, web_settings: WebSettings) -> None:
+    """POST, PATCH, PUT and DELETE of every route too, answered or refused (an empty body
+    or a CSRF token missing is a 4xx, still an authenticated answer)."""
+    with new_client(app) as operator, new_client(app) as customer:
+        csrf = {False: login(operator), True: enter_portal(customer, web_settings, "acme")}
+        walked = 0
+        for method, template in all_routes(app):
+            if method in ("GET", "HEAD") or template in PUBLIC_PATHS:
+                continue
+            portal = is_portal(template)
+            client = customer if portal else operator
+            for path in fill(template, IDS):
+                answer = client.request(method, path, json={},
+                                        headers={"X-CSRF-Token": csrf[portal]})
+                assert answer.status_code < 500, (method, path, answer.status_code)
+                _private(dict(answer.headers), f"{method} {path}")
+                walked += 1
+    assert walked > 15
+
+
 def test_failed_sign_ins_are_limited(app: FastAPI) -> None:
     with new_client(app) as client:
         def attempt(token: str) -> int:
