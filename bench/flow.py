@@ -1,7 +1,7 @@
 """Flow control: a hot endpoint at full speed, rate limits across processes, throttling.
 
     .venv/bin/python -m bench.flow [--events 10000] [--rounds 2] [--seconds 20]
-        [--only hot,peer_post,peer_noop,limit50,gateway,slow]
+        [--only hot,peer_post,peer_noop,limit50,gateway,slow,limitcost]
 
 Sections (each on fresh scratch databases, worker processes ``python -m outbox worker``):
 
@@ -21,6 +21,12 @@ Sections (each on fresh scratch databases, worker processes ``python -m outbox w
   429 share and deliveries/s after the first 10 s.
 - ``slow``: 1,000 endpoints answering after 250 ms, two workers: deliveries/s per process
   and peak RSS per process at ``OUTBOX_CONCURRENCY`` 100 (the old default), 500 and 1000.
+- ``limitcost``: what rate limits cost an unlimited endpoint: two workers drain
+  ``--events`` to an unlimited endpoint (``bench.sink``) alone, and beside an endpoint
+  limited to 50/s with a backlog of its own (every claim budgets it: its flow row locked,
+  tokens taken); worker CPU per delivery (rusage, start-up to exit, over every delivery
+  made, the limited one's included) and the unlimited one's deliveries/s, median of
+  ``--rounds``, the two alternating.
 
 Human-readable lines, then one JSON line. The machine is shared: report medians, compare
 only figures of the same run.
@@ -40,7 +46,7 @@ import outbox
 from bench.common import SCHEMA, emit_json, scratch_database
 from bench.deliver import throughput
 from bench.limited import LimitedReceiver
-from bench.procs import Workers
+from bench.procs import Workers, children_cpu
 from bench.sink import Sink
 from outbox.admin import endpoints as ep
 
@@ -204,7 +210,53 @@ def slow(endpoints: int, events: int, concurrencies: tuple[int, ...]) -> Results
     return res
 
 
-SECTIONS = ("hot", "peer_post", "peer_noop", "limit50", "gateway", "slow")
+def _cost_run(events: int, with_limited: bool) -> Results:
+    """Two workers until ``events`` deliveries to an unlimited endpoint are made, with or
+    without a 50/s-limited endpoint's backlog beside it; their CPU per delivery."""
+    with scratch_database() as url, Sink() as sink, LimitedReceiver() as rx:
+        _add(url, sink.url + "/free", "free.event")
+        _emit(url, events, "free.event")
+        if with_limited:
+            _add(url, rx.url + "/limited", "limited.event", rate_limit=50)
+            _emit(url, 20_000, "limited.event")
+        count = (f"SELECT count(*) FILTER (WHERE e.url LIKE '%%/free'), count(*)"
+                 f" FROM {SCHEMA}.deliveries d JOIN {SCHEMA}.endpoints e"
+                 " ON e.id = d.endpoint_id WHERE d.state = 'delivered'")
+        reaped, start = children_cpu(), time.monotonic()
+        with Workers(url, 2, {}, drain=False) as procs, \
+                psycopg.connect(url, autocommit=True) as c:
+            free = total = 0
+            while free < events and time.monotonic() - start < 300:
+                time.sleep(0.1)
+                row = c.execute(count).fetchone()
+                free, total = (int(row[0]), int(row[1])) if row else (0, 0)
+            elapsed = time.monotonic() - start
+            procs.wait(terminate=True)
+            row = c.execute(count).fetchone()
+            total = int(row[1]) if row else total
+        cpu = children_cpu() - reaped
+    return {"free_per_s": free / elapsed, "deliveries": total,
+            "worker_cpu_us_per_delivery": 1e6 * cpu / max(total, 1)}
+
+
+def limit_cost(events: int, rounds: int) -> Results:
+    """CPU per delivery of an unlimited endpoint's drain, alone vs beside a limited one."""
+    runs: dict[str, list[Results]] = {"alone": [], "beside_limited": []}
+    for _ in range(rounds):
+        runs["alone"].append(_cost_run(events, False))
+        runs["beside_limited"].append(_cost_run(events, True))
+    out: Results = {"events": events, "rounds": rounds}
+    for name, rs in runs.items():
+        out[name] = {key: statistics.median(r[key] for r in rs)
+                     for key in ("free_per_s", "worker_cpu_us_per_delivery")}
+        out[name]["runs"] = [(round(r["worker_cpu_us_per_delivery"]), round(r["free_per_s"]))
+                             for r in rs]
+    out["cpu_ratio"] = (out["beside_limited"]["worker_cpu_us_per_delivery"]
+                        / out["alone"]["worker_cpu_us_per_delivery"])
+    return out
+
+
+SECTIONS = ("hot", "peer_post", "peer_noop", "limit50", "gateway", "slow", "limitcost")
 
 
 def run(events: int = 10_000, rounds: int = 2, seconds: float = 20.0,
@@ -225,6 +277,8 @@ def run(events: int = 10_000, rounds: int = 2, seconds: float = 20.0,
             res[name] = gateway()
         elif name == "slow":
             res[name] = slow(1000, 50_000, (100, 500, 1000))
+        elif name == "limitcost":
+            res[name] = limit_cost(events, rounds)
         print(f"[bench.flow] {name}: {res[name]}", file=out, flush=True)
     return res
 

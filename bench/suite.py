@@ -204,7 +204,7 @@ def run_ordering(s: Sizes) -> Results:
 
 def run_flow(s: Sizes) -> Results:
     """bench.flow: hot endpoint, pgqueuer signing+POST peer, 50/s limit, 429 receiver,
-    slow endpoints."""
+    slow endpoints, what limits cost an unlimited endpoint."""
     from bench import flow
     full = s.events >= FULL.events
     only = tuple(n for n in flow.SECTIONS if n != "peer_noop")  # the pgqueuer section's
@@ -338,6 +338,9 @@ TARGETS = (
     Target("50/s limit beside: unlimited endpoint vs alone",
            ("flow", "limit50", "unlimited_per_s"), ">=", 0.9, "/s",
            reference=("flow", "limit50", "unlimited_alone_per_s")),
+    Target("limits beside: unlimited endpoint's worker CPU per delivery vs alone",
+           ("flow", "limitcost", "beside_limited", "worker_cpu_us_per_delivery"), "<=", 1.05,
+           "us", reference=("flow", "limitcost", "alone", "worker_cpu_us_per_delivery")),
     Target("429 above 100/s: 429 share after 10 s", ("flow", "gateway",
            "after_10s_429_share"), "<", 0.1, "", 3),
     Target("429 above 100/s: delivered/s after 10 s", ("flow", "gateway",

@@ -110,10 +110,13 @@ class Store:
         none; the waits between the tries of an outage do not count)."""
         return time.monotonic() - min(self._running.values()) if self._running else 0.0
 
-    async def _retrying(self, op: Op[T]) -> T:
+    async def _retrying(self, op: Op[T], *, reads: bool = False) -> T:
         """Run ``op``, waiting out outages (:func:`outbox._db.connection.outage`: the connection
         failed, the server restarts, the node is read-only) until it succeeds or the
-        worker stops; any other error is fatal, translated (e.g. SchemaMissing).
+        worker stops; any other error is fatal, translated (e.g. SchemaMissing). Its
+        success ends an outage, except that an ``op`` that only ``reads`` does not end a
+        read-only one (a read-only node answers reads: the gauges' reads succeeding there
+        must not turn readiness back on while every claim fails).
 
         After a failure ``op`` is tried again at once on a new connection (a connection
         that died while idle fails its next statement, and the idle ones beside it likely
@@ -134,7 +137,7 @@ class Store:
                 result = await self._waiting_out(op, exc, key)
         finally:
             del self._running[key]
-        if not self.healthy:
+        if not self.healthy and not (reads and self.down_reason.startswith("read-only")):
             self._recovered()
         return result
 
@@ -320,7 +323,7 @@ class Store:
                 cur = await conn.execute(self._flow_gauges_sql)
             return [(r[0], float(r[1])) for r in await cur.fetchall()]
 
-        return await self._retrying(op)
+        return await self._retrying(op, reads=True)
 
     async def backlog(self) -> Backlog:
         """The alerting numbers (:class:`Backlog`)."""
@@ -330,7 +333,7 @@ class Store:
                 await cur.execute(self._backlog_sql)
             return await cur.fetchone() or Backlog(0, 0.0, 0)
 
-        return await self._retrying(op)
+        return await self._retrying(op, reads=True)
 
     async def any_due(self) -> bool:
         async def op(fresh: bool) -> bool:
@@ -339,7 +342,7 @@ class Store:
             row = await cur.fetchone()
             return bool(row and row[0])
 
-        return await self._retrying(op)
+        return await self._retrying(op, reads=True)
 
     async def next_due(self) -> float | None:
         """Seconds until the earliest pending delivery comes due (<= 0: due now); None
@@ -350,7 +353,7 @@ class Store:
             row = await cur.fetchone()
             return float(row[0]) if row and row[0] is not None else None
 
-        return await self._retrying(op)
+        return await self._retrying(op, reads=True)
 
 
 def _completion_params(done: Sequence[Completion], worker: str,

@@ -17,8 +17,10 @@ Multiplicative decrease gets under an unknown receiver limit in a few rounds fro
 start (0.7^n); additive increase probes back up gently, so the rate saws between 70%
 and 100% of what the receiver takes (about 85% on average, a cut every ~4 s). A
 fixed ``rate_limit`` is the ceiling. 60 s without a signal and the adaptive rate no longer
-applies (the endpoint is unthrottled). The first cut starts from the rate this process saw
-in its last second (the others' share is unknown here): at worst low, and growing back.
+applies (the endpoint is unthrottled). The first cut starts from the rate this process
+sent at in its last second (requests started, not answers seen: a burst's answers come
+back in any order, and counting answers, a 429 seen after a few successes once cut the
+rate to 1/s); the others' share is unknown here: at worst low, and growing back.
 
 Which answers count: a 429 always; 503s and timeouts once they are at least half of
 this process's answers from the endpoint over about two seconds (:func:`is_throttle`).
@@ -46,12 +48,24 @@ MIN_OVERLOAD = 5  # 503s/timeouts in the window before they count as overload
 @dataclass(slots=True)
 class _Seen:
     second: int = 0
-    count: int = 0
+    count: int = 0  # answers this second
     bad: int = 0  # 503s and timeouts this second
+    sent: int = 0  # requests started this second
     last_count: int = 0
     last_bad: int = 0
+    last_sent: int = 0
     signalled_at: float = -1e9
     paused_until: float = 0.0
+
+    def roll(self, second: int) -> None:
+        """Move to ``second``: this second's counts become the last second's (zero if
+        ``second`` does not follow it)."""
+        if second == self.second:
+            return
+        recent = second == self.second + 1
+        self.last_count, self.last_bad, self.last_sent = \
+            (self.count, self.bad, self.sent) if recent else (0, 0, 0)
+        self.second, self.count, self.bad, self.sent = second, 0, 0, 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,19 +97,26 @@ class Throttle:
         self._clock = clock
         self._seen: dict[UUID, _Seen] = {}
 
+    def _at(self, endpoint: UUID, now: float) -> _Seen:
+        seen = self._seen.get(endpoint)
+        if seen is None:
+            seen = self._seen[endpoint] = _Seen(second=int(now))
+        seen.roll(int(now))
+        return seen
+
+    def sent(self, endpoint: UUID) -> None:
+        """Count one request started to ``endpoint`` (the rate a signal reports)."""
+        self._at(endpoint, self._clock()).sent += 1
+
     def observe(self, endpoint: UUID, result: AttemptResult,
                 admitted_at: float = 0.0) -> Signal | None:
         """Count one attempt (admitted by a claim that began at ``admitted_at``,
-        ``time.time()``); the signal to send if it was a throttling answer."""
+        ``time.time()``); the signal to send if it was a throttling answer. The rate it
+        reports is what this process sent in its last second (or its answers, if more):
+        the answers of a burst come back in any order, so the first 429 seen may follow
+        only a few successes while hundreds of requests are on their way."""
         now = self._clock()
-        seen = self._seen.get(endpoint)
-        if seen is None:
-            seen = self._seen[endpoint] = _Seen()
-        second = int(now)
-        if second != seen.second:
-            recent = second == seen.second + 1
-            seen.last_count, seen.last_bad = (seen.count, seen.bad) if recent else (0, 0)
-            seen.second, seen.count, seen.bad = second, 0, 0
+        seen = self._at(endpoint, now)
         seen.count += 1
         if not is_throttle(result):
             return None
@@ -114,4 +135,5 @@ class Throttle:
         seen.signalled_at = now
         if pause:
             seen.paused_until = max(seen.paused_until, now + pause)
-        return Signal(endpoint, float(max(seen.last_count, seen.count, 1)), pause, admitted_at)
+        rate = max(seen.last_sent, seen.sent, seen.last_count, seen.count, 1)
+        return Signal(endpoint, float(rate), pause, admitted_at)

@@ -294,6 +294,7 @@ class Worker:
         failed, done = True, None
         try:
             sent_at = time.time()
+            self.throttle.sent(job.endpoint_id)
             try:
                 result = await send_job(self.transport, job, self.settings,
                                         timestamp=int(sent_at))

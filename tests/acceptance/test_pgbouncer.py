@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import asyncpg  # type: ignore[import-untyped]
+import httpx
 import psycopg
 import psycopg2
 import pytest
@@ -28,6 +29,7 @@ from outbox._db.connection import connect, translated
 from outbox.admin import migrations
 from outbox.settings import Settings, get_settings
 from outbox.testing.receiver import Receiver
+from tests.support.net import free_port
 from tests.support.pg import SCHEMA
 from tests.support.pgbouncer import PgBouncer
 from tests.support.workers import FAST, SECRET, log_of, spawn, states, wait_until
@@ -167,6 +169,50 @@ def test_everything_through_pgbouncer_transaction_mode(
         assert isolation == "serializable"  # the database's default, not the worker's
         assert (lock_timeout, stmt_timeout, idle_timeout) == ("0", "0", "0")
         assert rest == ["", 0, 0, 0]  # no claim position, LISTEN, prepared statement, lock
+
+
+def test_serve_through_pgbouncer_transaction_mode(
+        bouncer: PgBouncer, server_url: str, db_url: str) -> None:
+    """``outbox serve`` behind the pooler with ``OUTBOX_PREPARE_THRESHOLD=none``: the API
+    answers every request (each on its own client connection, many more than the pool's
+    server connections), an endpoint created through it is listed by the next ones,
+    /readyz says 200, and the server connections carry nothing of it afterwards."""
+    url, port, token = bouncer.url(db_url), free_port(), "t0ken-through-pgbouncer"
+    env = {**os.environ, "OUTBOX_DATABASE_URL": url, "OUTBOX_SCHEMA": SCHEMA,
+           "OUTBOX_ADMIN_TOKEN": token, "OUTBOX_ALLOW_NETWORKS": "127.0.0.0/8", **POOLED}
+    proc = subprocess.Popen([sys.executable, "-m", "outbox", "serve", "--port", str(port),
+                             "--log-level", "warning"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    base, auth = f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {token}"}
+
+    def ready() -> bool:
+        try:
+            return httpx.get(base + "/readyz", timeout=2).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        wait_until(ready, 30, "outbox serve ready through the pooler")
+        made = httpx.post(base + "/api/endpoints", headers=auth, timeout=10,
+                          json={"url": "http://127.0.0.1:9/through-the-pooler"})
+        assert made.status_code == 201, made.text
+        for _ in range(12):
+            listed = httpx.get(base + "/api/endpoints", headers=auth, timeout=10)
+            assert listed.status_code == 200, listed.text
+            urls = [e["url"] for e in listed.json()["endpoints"]]
+            assert "http://127.0.0.1:9/through-the-pooler" in urls
+            one = httpx.get(base + f"/api/endpoints/{made.json()['endpoint']['id']}",
+                            headers=auth, timeout=10)
+            assert one.status_code == 200, one.text
+        assert ready()
+    finally:
+        proc.terminate()
+        out = proc.communicate(timeout=30)[0].decode()
+    assert "Traceback" not in out, out[-3000:]
+    for _pid, _iso, *timeouts, position, listening, prepared, locks in \
+            server_connections_state(url, 4):
+        assert timeouts == ["0", "0", "0"] and position == ""
+        assert (listening, prepared, locks) == (0, 0, 0)
 
 
 def test_prepared_statement_clash_names_the_setting(

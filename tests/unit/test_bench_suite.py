@@ -50,6 +50,8 @@ def results() -> dict[str, Any]:
                  "limit50": {"limited_per_s": 49.5, "limited_max_in_one_second": 101,
                              "unlimited_per_s": 1800.0, "unlimited_alone_per_s": 2000.0},
                  "gateway": {"after_10s_429_share": 0.04, "after_10s_delivered_per_s": 65.0},
+                 "limitcost": {"alone": {"worker_cpu_us_per_delivery": 380.0},
+                               "beside_limited": {"worker_cpu_us_per_delivery": 410.0}},
                  "slow": {"1000": {"deliveries_per_s_per_process": 1600.0},
                           "100": {"deliveries_per_s_per_process": 390.0}}},
     }
@@ -101,6 +103,7 @@ def test_every_target_judged_from_full_results() -> None:
         "50/s limit, 4 workers: rate at the receiver": True,
         "50/s limit, 4 workers: most requests in one second": False,  # 101 > 100
         "50/s limit beside: unlimited endpoint vs alone": True,  # 0.9x
+        "limits beside: unlimited endpoint's worker CPU per delivery vs alone": False,  # 1.08x
         "429 above 100/s: 429 share after 10 s": True,
         "429 above 100/s: delivered/s after 10 s": False,  # 65 < 70
         "1,000 endpoints at 250 ms, per process, concurrency 1000": True,

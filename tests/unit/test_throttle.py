@@ -60,3 +60,27 @@ def test_a_flaky_endpoint_is_not_throttled_an_overloaded_one_is() -> None:
     signals = [throttle.observe(overloaded, answer(None, error_class="timeout") if i % 3
                                 else answer(200)) for i in range(12)]
     assert any(s is not None for s in signals)
+
+
+def test_the_rate_reported_is_what_was_sent_not_the_answers_seen_so_far() -> None:
+    """A burst of 250 requests whose first 429 comes back after 3 successes reports 250
+    requests a second, not 4 (which would cut the endpoint's rate to its floor); across a
+    second's boundary the last second's sends still count."""
+    clock = Clock()
+    throttle = Throttle(pause_max=60.0, clock=clock)
+    e, other = uuid.uuid4(), uuid.uuid4()
+    clock.now = 1000.9
+    for _ in range(250):
+        throttle.sent(e)
+    throttle.sent(other)
+    clock.now = 1001.05  # the answers arrive in the next second
+    for _ in range(3):
+        assert throttle.observe(e, answer()) is None
+    signal = throttle.observe(e, answer(429))
+    assert signal is not None and signal.observed == 250
+    other_signal = throttle.observe(other, answer(429))
+    assert other_signal is not None and other_signal.observed == 1  # its own sends only
+    clock.now = 1003.5  # two seconds later: the burst no longer counts
+    throttle.sent(e)
+    late = throttle.observe(e, answer(429))
+    assert late is not None and late.observed == 1
