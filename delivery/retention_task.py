@@ -9,9 +9,11 @@ session of its own; behind a pooler (:func:`outbox.delivery.session.direct`) no 
 lock is taken -- it could stay behind on a shared server connection -- and two workers may
 prune at once (each batch skips rows another holds; the work is only repeated). Each batch
 is its own short transaction; a failure is logged and retried at the next interval, never
-fatal. On a server with ``autovacuum = off`` the pruner also VACUUMs the queue tables
-after deleting, or the freed space would never be reused (``bench/retention.py``: 1.7x
-growth in three minutes without it).
+fatal. The worker's prune passes the partition width, so rows the partition drop will take
+are left to it (``prune(partition_width=...)``: a delivered row outlives the retention by at
+most one partition width, and costs no DELETE). On a server with ``autovacuum = off``
+the pruner also VACUUMs the queue tables after deleting, or the freed space would never be
+reused (``bench/retention.py``: 1.7x growth in three minutes without it).
 """
 
 from __future__ import annotations
