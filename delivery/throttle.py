@@ -18,9 +18,12 @@ start (0.7^n); additive increase probes back up gently, so the rate saws between
 and 100% of what the receiver takes (about 85% on average, a cut every ~4 s). A
 fixed ``rate_limit`` is the ceiling. 60 s without a signal and the adaptive rate no longer
 applies (the endpoint is unthrottled). The first cut starts from the rate this process
-sent at in its last second (requests started, not answers seen: a burst's answers come
-back in any order, and counting answers, a 429 seen after a few successes once cut the
-rate to 1/s); the others' share is unknown here: at worst low, and growing back.
+saw answered in its last second, but never below ``SENT_FLOOR`` (a quarter) of the
+requests it started in that time: a burst's answers come back in any order, and counting
+answers alone, a 429 seen after a few successes once cut the rate to 1/s; starting from
+every request sent, a burst of 500 to a receiver taking 40 needed seven cuts (seven
+seconds of mostly 429s). The others' share is unknown here: at worst low, and growing
+back.
 
 Which answers count: a 429 always; 503s and timeouts once they are at least half of
 this process's answers from the endpoint over about two seconds (:func:`is_throttle`).
@@ -43,6 +46,7 @@ SIGNAL_SECONDS = 0.5
 PUSH_PAUSE_SECONDS = 5.0  # pauses this long also push the rows (idle workers then sleep)
 THROTTLE_STATUSES = frozenset({429, 503})
 MIN_OVERLOAD = 5  # 503s/timeouts in the window before they count as overload
+SENT_FLOOR = 0.25  # the first cut's rate is at least this share of the requests started
 
 
 @dataclass(slots=True)
@@ -112,9 +116,10 @@ class Throttle:
                 admitted_at: float = 0.0) -> Signal | None:
         """Count one attempt (admitted by a claim that began at ``admitted_at``,
         ``time.time()``); the signal to send if it was a throttling answer. The rate it
-        reports is what this process sent in its last second (or its answers, if more):
-        the answers of a burst come back in any order, so the first 429 seen may follow
-        only a few successes while hundreds of requests are on their way."""
+        reports is the answers this process saw in its last second, or ``SENT_FLOOR`` of
+        the requests it started in that time if more: the answers of a burst come back in
+        any order, so the first 429 seen may follow only a few successes while hundreds of
+        requests are on their way."""
         now = self._clock()
         seen = self._at(endpoint, now)
         seen.count += 1
@@ -135,5 +140,6 @@ class Throttle:
         seen.signalled_at = now
         if pause:
             seen.paused_until = max(seen.paused_until, now + pause)
-        rate = max(seen.last_sent, seen.sent, seen.last_count, seen.count, 1)
+        sent = SENT_FLOOR * max(seen.last_sent, seen.sent)
+        rate = max(sent, seen.last_count, seen.count, 1)
         return Signal(endpoint, float(rate), pause, admitted_at)

@@ -378,7 +378,7 @@ _SELECTION = {"ids": None, "endpoint": None, "event_type": None, "since": None, 
               "tenant": "t7"}
 _PRUNE = {"states": ["delivered", "dead"], "cutoff": dt.datetime.now(dt.UTC) - DAY,
           "limit": 1000, "tenant": "t7", "after_at": dt.datetime(1, 1, 1, tzinfo=dt.UTC),
-          "after_id": 0}
+          "after_id": 0, "below": 2**63 - 1}  # every row (a tenant's prune leaves none to drops)
 PLANS: dict[str, tuple[dict[str, Any], set[str]]] = {
     "STATS_TOP_TENANTS": ({"tenant": None, "limit": 10}, {"deliveries_due"}),
     "STATS_DUE": ({"tenant": "t7"}, {"deliveries_due"}),
