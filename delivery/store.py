@@ -48,6 +48,7 @@ _JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
 _SECRET = _JOB_FIELDS.index("secret")  # previous_secret follows it
 assert _JOB_FIELDS[_SECRET + 1] == "previous_secret"
 _CREDENTIALS = _JOB_FIELDS.index("credentials")
+_HEADERS = _JOB_FIELDS.index("headers")  # NULL from the claim when empty (queries.CLAIM)
 _SECRET_HEADERS = _JOB_FIELDS.index("secret_headers")
 # sealed text columns opened when set (the auth secret, the TLS client cert and key)
 _SEALED = tuple(_JOB_FIELDS.index(f) for f in ("auth_secret", "tls_client_cert",
@@ -92,6 +93,8 @@ def job_row(box: SecretBox) -> AsyncRowFactory[Job]:
 
         def make(values: Sequence[Any]) -> Job:
             v = list(pick(values))
+            if v[_HEADERS] is None:
+                v[_HEADERS] = {}
             v[_SECRET] = open_(v[_SECRET])
             previous = v[_SECRET + 1]
             v[_SECRET + 1] = open_(previous) if previous else None
