@@ -7,7 +7,10 @@ Guarantees:
   at the end of their lease; any worker reclaims them after it. The receiver may then
   see a ``webhook-id`` twice; it never sees one never.
 - No transaction is held across HTTP: the claim commits first; results are recorded
-  later in one fenced statement per flush (see :mod:`outbox.delivery.queries`).
+  later in one fenced statement per flush (see :mod:`outbox.delivery.queries`). While
+  requests are in flight, a flush of fewer than ``FLUSH_MAX // 10`` results waits
+  :data:`FLUSH_GATHER_SECONDS` for more first (fewer, larger completion transactions);
+  a stopping worker flushes at once.
 - At most ``concurrency`` requests in flight per process; claims are sized to the free
   capacity, never larger. A process with fewer than a quarter of a claim's worth of free
   slots (``min(batch_size, concurrency) // 4``) waits up to :data:`GATHER_SECONDS` for more
@@ -57,6 +60,7 @@ log = logging.getLogger("outbox.worker")
 FLUSH_MAX = 500
 COALESCE_SECONDS = 0.002
 GATHER_SECONDS = 0.005  # longest wait of a nearly full process for more free slots
+FLUSH_GATHER_SECONDS = 0.002  # a small flush's wait for more results while busy
 
 
 class Worker:
@@ -398,6 +402,9 @@ class Worker:
         """Record completions in batches: one statement per flush, however many."""
         while True:
             await self._have_done.wait()
+            if len(self._done) < FLUSH_MAX // 10 and self._inflight \
+                    and not self._stopped.is_set():
+                await asyncio.sleep(FLUSH_GATHER_SECONDS)
             self._have_done.clear()
             while self._done:
                 batch, self._done = self._done[:FLUSH_MAX], self._done[FLUSH_MAX:]
