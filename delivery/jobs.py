@@ -97,6 +97,7 @@ _SECRET = _JOB_FIELDS.index("secret")  # previous_secret follows it
 assert _JOB_FIELDS[_SECRET + 1] == "previous_secret"
 _CREDENTIALS = _JOB_FIELDS.index("credentials")
 _SECRET_HEADERS = _JOB_FIELDS.index("secret_headers")
+_HEADERS = _JOB_FIELDS.index("headers")  # NULL from the claim when empty (queries.CLAIM)
 # sealed text columns opened when set (the auth secret, the TLS client cert and key)
 _SEALED = tuple(_JOB_FIELDS.index(f) for f in ("auth_secret", "tls_client_cert",
                                                 "tls_client_key"))
@@ -131,6 +132,8 @@ def job_row(box: SecretBox) -> AsyncRowFactory[Job]:
 
         def make(values: Sequence[Any]) -> Job:
             v = list(pick(values))
+            if v[_HEADERS] is None:
+                v[_HEADERS] = {}
             try:  # inline, not a call: this runs for every claimed row
                 v[_SECRET] = open_(v[_SECRET])
                 previous = v[_SECRET + 1]
@@ -145,8 +148,9 @@ def job_row(box: SecretBox) -> AsyncRowFactory[Job]:
                 if v[_OAUTH2_SECRET] is not None:
                     v[_OAUTH2_SECRET] = open_(v[_OAUTH2_SECRET])
             except ConfigurationError as exc:  # this row only (see job_row)
-                return dataclasses.replace(Job(*_emptied(list(pick(values)))),
-                                           unopened=str(exc))
+                row = _emptied(list(pick(values)))
+                row[_HEADERS] = v[_HEADERS]
+                return dataclasses.replace(Job(*row), unopened=str(exc))
             return Job(*v)
 
         return make

@@ -26,6 +26,7 @@ from outbox._db.connection import outage, read_only, render, translated
 from outbox.delivery import queries
 from outbox.delivery.connections import Connections
 from outbox.delivery.jobs import Completion, Job, Unloaded, job_row, load_each
+from outbox.delivery.raw import RawStatement
 from outbox.delivery.settings import WorkerSettings
 
 log = logging.getLogger("outbox.worker")
@@ -74,9 +75,10 @@ class Store:
 
     def __init__(self, settings: WorkerSettings, *, pool_size: int = 4) -> None:
         self.settings = settings
-        self._claim_sql = render(queries.CLAIM, settings.schema_name)
+        # the two long statements of every batch, converted to $n once (outbox.delivery.raw)
+        self._claim_sql = RawStatement(render(queries.CLAIM, settings.schema_name))
         self._floor_sql = render(queries.CLAIM_FLOOR, settings.schema_name)
-        self._complete_sql = render(queries.COMPLETE, settings.schema_name)
+        self._complete_sql = RawStatement(render(queries.COMPLETE, settings.schema_name))
         self._quarantine_sql = render(queries.QUARANTINE, settings.schema_name)
         self._any_due_sql = render(queries.ANY_DUE, settings.schema_name)
         self._next_due_sql = render(queries.NEXT_DUE, settings.schema_name)
@@ -183,17 +185,17 @@ class Store:
         in flight to ``used_ids``) and, when flow-controlled, its send tokens (taken in the
         same transaction)."""
         token = uuid.uuid4()
-        params = {"limit": limit, "lease": self.settings.lease_seconds, "token": token,
-                  "used_ids": list(used_ids), "used_counts": list(used_counts),
-                  "default_cap": self.settings.default_endpoint_cap,
-                  "floor": self._claim_floor}
+        params = self._claim_sql.params({
+            "limit": limit, "lease": self.settings.lease_seconds, "token": token,
+            "used_ids": list(used_ids), "used_counts": list(used_counts),
+            "default_cap": self.settings.default_endpoint_cap, "floor": self._claim_floor})
         read_floor = time.monotonic() - self._floor_read_at >= FLOOR_EVERY
 
         async def op(fresh: bool) -> tuple[list[Job], list[Unloaded]]:
             async with self.connections.transaction(fresh=fresh) as conn:
                 await conn.execute(queries.CLAIM_POSITION_SET, (self._claim_after,))
-                cur = conn.cursor(row_factory=self._job_row)
-                await cur.execute(self._claim_sql, params)
+                cur = psycopg.AsyncRawCursor(conn, row_factory=self._job_row)
+                await cur.execute(self._claim_sql.text, params)
                 position = await conn.execute(queries.CLAIM_POSITION_GET)
                 floor = await conn.execute(self._floor_sql) if read_floor else None
             unloaded: list[Unloaded] = []
@@ -238,13 +240,14 @@ class Store:
         (:meth:`_quarantine`). The others are recorded once, as if nothing happened. The
         common path is one statement; the split costs O(poison rows x log2(batch))
         statements, on failure only."""
-        params = _completion_params(done, self.settings.worker_id,
-                                    self.settings.failing_threshold)
+        params = self._complete_sql.params(_completion_params(
+            done, self.settings.worker_id, self.settings.failing_threshold))
 
         async def op(fresh: bool) -> int | psycopg.Error:
             try:
                 async with self.connections.transaction(fresh=fresh) as conn:
-                    cur = await conn.execute(self._complete_sql, params)
+                    cur = psycopg.AsyncRawCursor(conn)
+                    await cur.execute(self._complete_sql.text, params)
             except ROW_ERRORS as exc:  # the data of some row: split, below
                 return exc
             row = await cur.fetchone()

@@ -7,9 +7,15 @@ Guarantees:
   at the end of their lease; any worker reclaims them after it. The receiver may then
   see a ``webhook-id`` twice; it never sees one never.
 - No transaction is held across HTTP: the claim commits first; results are recorded
-  later in one fenced statement per flush (see :mod:`outbox.delivery.queries`).
+  later in one fenced statement per flush (see :mod:`outbox.delivery.queries`). While
+  requests are in flight, a flush of fewer than ``FLUSH_MAX // 10`` results waits
+  :data:`FLUSH_GATHER_SECONDS` for more first (fewer, larger completion transactions);
+  a stopping worker flushes at once.
 - At most ``concurrency`` requests in flight per process; claims are sized to the free
-  capacity, never larger.
+  capacity, never larger. A process with fewer than a quarter of a claim's worth of free
+  slots (``min(batch_size, concurrency) // 4``) waits up to :data:`GATHER_SECONDS` for more
+  to free up before it claims, so a busy process claims (and records) in larger batches;
+  whatever is free then is claimed (a claim is never delayed longer).
 - ``stop()`` (SIGTERM/SIGINT): claims stop at once; in-flight requests get
   ``shutdown_grace_seconds`` to finish and be recorded; the rest are cancelled and come
   back after their lease. ``run`` then returns normally.
@@ -53,6 +59,8 @@ from outbox.errors import OutboxError
 log = logging.getLogger("outbox.worker")
 FLUSH_MAX = 500
 COALESCE_SECONDS = 0.002
+GATHER_SECONDS = 0.005  # longest wait of a nearly full process for more free slots
+FLUSH_GATHER_SECONDS = 0.002  # a small flush's wait for more results while busy
 
 
 class Worker:
@@ -76,6 +84,7 @@ class Worker:
         self._side_tasks: set[asyncio.Task[int]] = set()
         self._deferred_at = -1e9
         self._empty_due = 0  # claims in a row that found nothing while rows were due
+        self._gather_until = 0.0  # end of the current wait for free slots (_gather)
         self._done: list[Completion] = []
         self._flushing = False  # a batch taken off _done is being written
         self._have_done = asyncio.Event()
@@ -183,6 +192,8 @@ class Worker:
                     break
                 await self._wait(None)
                 continue
+            if await self._gather(free):
+                continue
             limit = min(free, cfg.batch_size)
             # Cleared before the claim, never inside _wait: a wake-up (a NOTIFY, the arm's
             # follow-up, a completion) that arrives while this claim or the idle loop's
@@ -206,6 +217,24 @@ class Worker:
                 # one busy endpoint is claimed in batches, not one row per completion.
                 await asyncio.sleep(COALESCE_SECONDS)
             await self._pause(found=bool(jobs), drain=drain)
+
+    async def _gather(self, free: int) -> bool:
+        """True after a wait for more free slots (the caller looks again): while fewer
+        than a quarter of a claim's worth are free and requests are in flight, for at
+        most GATHER_SECONDS from the first look; False when the claim should go now."""
+        cfg = self.settings
+        now = time.monotonic()
+        if free >= min(cfg.batch_size, cfg.concurrency) // 4 or not self._inflight:
+            self._gather_until = 0.0
+            return False
+        if not self._gather_until:
+            self._gather_until = now + GATHER_SECONDS
+        if now >= self._gather_until:
+            self._gather_until = 0.0
+            return False
+        self._wake.clear()  # a slot freeing up (or stop) is what matters here
+        await self._wait(self._gather_until - now)
+        return True
 
     async def _drained(self) -> bool:
         """Nothing in flight, nothing to record or being recorded (a completion may make the
@@ -373,6 +402,9 @@ class Worker:
         """Record completions in batches: one statement per flush, however many."""
         while True:
             await self._have_done.wait()
+            if len(self._done) < FLUSH_MAX // 10 and self._inflight \
+                    and not self._stopped.is_set():
+                await asyncio.sleep(FLUSH_GATHER_SECONDS)
             self._have_done.clear()
             while self._done:
                 batch, self._done = self._done[:FLUSH_MAX], self._done[FLUSH_MAX:]
