@@ -28,6 +28,7 @@ from outbox._db.connection import render
 from outbox.admin import endpoints as ep
 from outbox.delivery import queries
 from outbox.delivery.jobs import Completion, Job
+from outbox.delivery.raw import RawStatement
 from outbox.delivery.settings import WorkerSettings
 from outbox.delivery.store import Store, _completion_params
 
@@ -65,7 +66,8 @@ async def _rounds(url: str, batch: int, rounds: int) -> dict[str, list[float]]:
             order = ("store", "bare", "poison") if n % 2 else ("bare", "store", "poison")
             for variant in order:
                 unguarded = variant == "bare"
-                store._claim_sql = render(_UNGUARDED, SCHEMA) if unguarded else guarded
+                store._claim_sql = RawStatement(render(_UNGUARDED, SCHEMA)) if unguarded \
+                    else guarded
                 start = time.perf_counter()
                 jobs = await store.claim(batch)
                 if variant != "poison":
