@@ -42,11 +42,12 @@ from typing import Any
 
 import psycopg
 
+from outbox.delivery.attempted import completed, poisoned_completion
 from outbox.delivery.fairness import EndpointGate
 from outbox.delivery.jobs import Completion, Job
 from outbox.delivery.metrics import Metrics
-from outbox.delivery.outcome import AttemptResult, Verdict
-from outbox.delivery.policy import decide, defer, park, poisoned
+from outbox.delivery.outcome import Verdict
+from outbox.delivery.policy import defer, park
 from outbox.delivery.request import send_job
 from outbox.delivery.retention_task import partition_loop, prune_loop
 from outbox.delivery.sender import Transport
@@ -327,9 +328,9 @@ class Worker:
             try:
                 result = await send_job(self.transport, job, self.settings,
                                         timestamp=int(sent_at))
-                done = self._decided(job, result)
+                done = completed(job, result, self.settings, self.metrics)
             except Exception as exc:  # isolated: this job only
-                done, failed = self._poisoned(job, exc), False
+                done, failed = poisoned_completion(job, exc, self.metrics), False
                 return
             # a 429 is an answer, not a failure: throttling handles it, not the breaker
             failed = result.verdict is Verdict.RETRY and result.status_code != 429
@@ -369,30 +370,6 @@ class Worker:
         self._side_tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.warning("flow-control update failed: %s", task.exception())
-
-    def _poisoned(self, job: Job, exc: Exception) -> Completion:
-        """A job that cannot even be attempted (an unexpected error building or classifying
-        its request, e.g. stored headers that are not a mapping) is dead-lettered with that
-        error (:func:`~.policy.poisoned`): never left to its lease, to fail again."""
-        log.error("delivery %d dead-lettered: it could not be attempted", job.delivery_id,
-                  exc_info=exc, extra={"delivery_id": job.delivery_id,
-                                       "endpoint_id": str(job.endpoint_id)})
-        self.metrics.poisoned.inc()
-        return poisoned(job, exc)
-
-    def _decided(self, job: Job, result: AttemptResult) -> Completion:
-        """The completion of one attempt, counted and logged (not yet recorded)."""
-        done = decide(job, result, self.settings)
-        self.metrics.attempted(job, done)
-        # delivered at DEBUG: one line per success costs ~7% of a worker's CPU (bench/)
-        level = logging.DEBUG if done.state == "delivered" else logging.INFO
-        if log.isEnabledFor(level):
-            log.log(level, "delivery %s", done.outcome, extra={
-                "event_id": job.webhook_id, "delivery_id": job.delivery_id,
-                "endpoint_id": str(job.endpoint_id), "attempt": job.attempt,
-                "outcome": done.outcome, "status": done.status,
-                "duration_ms": round(done.duration_ms, 1), "error": done.error})
-        return done
 
     def _record(self, done: Completion) -> None:
         self._done.append(done)
