@@ -117,11 +117,19 @@ def _export(rev: str, into: Path) -> Path:
     subprocess.run(["git", "archive", "--format=tar", "-o", str(tar), rev], cwd=ROOT, check=True)
     with tarfile.open(tar) as t:
         t.extractall(into / "tree", filter="fully_trusted")
+    # The repository keeps migrations/ at its root and installs it as outbox.migrations; an
+    # editable install maps that name to this checkout's migrations/, which the export's
+    # own must shadow (found first on the export's PYTHONPATH, as outbox/delivery is).
+    link = into / "tree" / "outbox" / "migrations"
+    if not link.exists():
+        link.symlink_to(Path("..") / "migrations")
     return into / "tree"
 
 
 _MIGRATE = ("import os, psycopg; from outbox.admin.migrations import migrate; import outbox; "
             "assert outbox.__file__.startswith(os.getcwd()), outbox.__file__; "
+            "import outbox.migrations as m; "
+            "assert m.__file__.startswith(os.getcwd()), m.__file__; "
             "c = psycopg.connect(os.environ['OUTBOX_DATABASE_URL'], autocommit=True); "
             "migrate(c, os.environ['OUTBOX_SCHEMA'])")
 _CLAIM = ("from outbox._db.connection import render; from outbox.delivery import queries; "

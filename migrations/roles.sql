@@ -21,6 +21,9 @@ GRANT USAGE ON SCHEMA :"schema" TO :"app_role", :"worker_role";
 -- app
 GRANT INSERT ON :"schema".events, :"schema".deliveries TO :"app_role";
 GRANT SELECT (id, type, tenant, key, idempotency_key) ON :"schema".events TO :"app_role";
+-- idempotency keys (migrations/0025_partitioned_events.sql): emit writes a key before its
+-- event and reads the first event's id back
+GRANT SELECT, INSERT ON :"schema".event_keys TO :"app_role";
 GRANT SELECT (id, tenant, all_tenants, enabled, event_types, ordered, filter_path)
     ON :"schema".endpoints TO :"app_role";
 GRANT EXECUTE ON FUNCTION :"schema".emit(text, jsonb, text, text, text) TO :"app_role";
@@ -31,6 +34,7 @@ GRANT SELECT (name, json_schema, deprecated) ON :"schema".event_types TO :"app_r
 -- worker
 GRANT SELECT, UPDATE, DELETE ON :"schema".deliveries TO :"worker_role";
 GRANT SELECT, DELETE ON :"schema".events TO :"worker_role";
+GRANT SELECT, DELETE ON :"schema".event_keys TO :"worker_role";
 GRANT SELECT ON :"schema".endpoints TO :"worker_role";
 GRANT UPDATE (enabled, disabled_reason, updated_at, failure_streak, failing_since)
     ON :"schema".endpoints TO :"worker_role";
@@ -56,4 +60,6 @@ GRANT EXECUTE ON FUNCTION :"schema".ordered_place(uuid, text, bigint[]),
 GRANT EXECUTE ON FUNCTION :"schema".partitions_advance(double precision, integer),
     :"schema".claim_floor(),
     :"schema".partition_status(timestamptz, timestamptz),
-    :"schema".partition_drop(bigint, timestamptz, timestamptz, integer) TO :"worker_role";
+    :"schema".partition_drop(bigint, timestamptz, timestamptz, integer),
+    :"schema".event_partition_status(timestamptz),
+    :"schema".event_partition_drop(text, timestamptz, integer) TO :"worker_role";

@@ -20,12 +20,18 @@ Guarantees:
   whose wait is bounded by ``lock_timeout_ms``: a busy table makes that partition wait for
   the next call (counted in ``DropResult.busy``), never a failure. A crash between
   partitions loses nothing: each drop commits on its own or not at all.
-- :func:`status` reads; it writes nothing.
+- Events are partitioned by id, one partition per ``width`` of UUIDv7 ids (their emitting
+  clock's time; migrations/0025_partitioned_events.sql): :func:`advance` keeps them made
+  ahead too, and :func:`drop_expired` drops every partition of events whose ids all
+  precede the cutoff and to whose events no delivery refers, with their idempotency keys,
+  one transaction each, under the same bounded lock wait (on events).
+- :func:`status` and :func:`event_status` read; they write nothing.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -42,9 +48,11 @@ from outbox.errors import OperationRefused
 __all__ = [
     "DropProgress",
     "DropResult",
+    "EventPartition",
     "Partition",
     "advance",
     "drop_expired",
+    "event_status",
     "status",
 ]
 
@@ -80,18 +88,42 @@ class Partition:
 
 
 @dataclass(frozen=True, slots=True)
+class EventPartition:
+    """One partition of events: ``lo``/``hi``, its event ids (``lo`` None: from the lowest,
+    the table converted by the migration); ``rows_estimate``: from the planner's
+    statistics; ``bytes``: with its indexes; ``blocked_by``: why it is not droppable now
+    (``within retention``, ``deliveries refer to its events``), None: it is."""
+
+    name: str
+    lo: uuid.UUID | None
+    hi: uuid.UUID
+    rows_estimate: int
+    bytes: int
+    blocked_by: str | None
+
+    @property
+    def droppable(self) -> bool:
+        """Nothing in it must survive: the next drop takes it."""
+        return self.blocked_by is None
+
+
+@dataclass(frozen=True, slots=True)
 class DropResult:
-    """Partitions dropped, kept (something blocks them) and busy (lock not granted in time:
-    retried at the next call), with the cutoffs used."""
+    """Partitions of deliveries dropped, kept (something blocks them) and busy (lock not
+    granted in time: retried at the next call), with the cutoffs used; partitions of
+    events dropped and busy."""
 
     cutoff: dt.datetime
     dead_cutoff: dt.datetime | None
     dropped: int
     kept: int
     busy: int
+    events_dropped: int = 0
+    events_busy: int = 0
 
 
 _PARTITION_ROW = class_row(Partition)
+_EVENT_PARTITION_ROW = class_row(EventPartition)
 
 
 def _check(retention: dt.timedelta, dead_retention: dt.timedelta | None) -> None:
@@ -121,6 +153,16 @@ def status(conn: psycopg.Connection[Any], schema: str, retention: dt.timedelta,
     with translated(), conn.cursor(row_factory=_PARTITION_ROW) as cur:
         params = _cutoffs(conn, retention, dead_retention)
         return cur.execute(render(queries.PARTITION_STATUS, schema), params).fetchall()
+
+
+def event_status(conn: psycopg.Connection[Any], schema: str,
+                 retention: dt.timedelta) -> list[EventPartition]:
+    """Every partition of events, oldest first, and what blocks its drop with this
+    ``retention``. Reads only."""
+    _check(retention, None)
+    with translated(), conn.cursor(row_factory=_EVENT_PARTITION_ROW) as cur:
+        params = _cutoffs(conn, retention, None)
+        return cur.execute(render(queries.EVENT_PARTITION_STATUS, schema), params).fetchall()
 
 
 def advance(conn: psycopg.Connection[Any], schema: str, width: dt.timedelta,
@@ -167,5 +209,27 @@ def drop_expired(conn: psycopg.Connection[Any], schema: str, retention: dt.timed
                 busy += 1
         if progress is not None:
             progress(done, len(candidates))
+    events_dropped, events_busy = _drop_events(conn, schema, retention, lock_timeout_ms)
     return DropResult(params["cutoff"], params["dead_cutoff"], dropped,
-                      len(parts) - dropped - busy, busy)
+                      len(parts) - dropped - busy, busy, events_dropped, events_busy)
+
+
+def _drop_events(conn: psycopg.Connection[Any], schema: str, retention: dt.timedelta,
+                 lock_timeout_ms: int) -> tuple[int, int]:
+    """Drop every droppable partition of events, one transaction each: (dropped, busy)."""
+    with conn.transaction():
+        params = _cutoffs(conn, retention, None)
+    dropped = busy = 0
+    sql = render(queries.EVENT_PARTITION_DROP, schema)
+    for part in event_status(conn, schema, retention):
+        if not part.droppable:
+            continue
+        with translated():
+            try:
+                with conn.transaction(), conn.cursor(row_factory=scalar_row) as cur:
+                    if cur.execute(sql, {"cutoff": params["cutoff"], "name": part.name,
+                                         "lock_timeout_ms": lock_timeout_ms}).fetchone():
+                        dropped += 1
+            except errors.LockNotAvailable:
+                busy += 1
+    return dropped, busy

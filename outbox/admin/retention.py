@@ -8,7 +8,8 @@ periodically; ``outbox prune`` is its command line. Guarantees:
   survive is dropped whole (:func:`outbox.admin.partitions.drop_expired`: no per-row
   work, nothing left to vacuum); dead rows block a partition unless ``dead_too`` or they
   are older than ``dead_older_than``. Skipped with ``tenant`` (a partition holds every
-  tenant's rows).
+  tenant's rows). So is every partition of events whose ids all precede the cutoff and
+  to whose events no delivery refers any more, with their idempotency keys.
 - Only rows past retention go: deliveries whose ``finished_at`` is older than the cutoff
   and whose state is ``delivered`` (and ``dead`` with ``dead_too``), with their
   ``delivery_attempts``; then events older than the cutoff that have no delivery left.
@@ -18,7 +19,9 @@ periodically; ``outbox prune`` is its command line. Guarantees:
   cutoff minus one width. Such a row outlives the retention by at most one partition
   width while the partition manager keeps time, and costs no DELETE, no row lock and
   nothing to vacuum. Rows of older partitions (kept by a survivor, or held open by a
-  stalled manager) are deleted row by row.
+  stalled manager) are deleted row by row. The same for events: those of the partitions
+  of events ending after the cutoff minus two widths are left to the drop
+  (PRUNE_EVENT_BOUND); the rest, and every event of events_default, one by one.
 - Short transactions: ``batch_size`` rows per transaction, nothing held between batches,
   so vacuum keeps up and emits never wait long. Interrupting it loses nothing; running
   it again continues. Rows an operator is replaying at that moment are skipped.
@@ -93,11 +96,13 @@ class _DeliveriesBatch:
 
 @dataclass(frozen=True, slots=True)
 class _EventsBatch:
-    """One PRUNE_EVENTS_BATCH: the last id examined (None: none left), examined, deleted."""
+    """One PRUNE_EVENTS_BATCH: the last id examined (None: none left), examined, deleted,
+    and the idempotency keys deleted with them."""
 
     last_id: uuid.UUID | None
     picked: int
     deleted: int
+    keys: int
 
 
 _DELIVERIES_ROW = class_row(_DeliveriesBatch)
@@ -158,8 +163,22 @@ def prune(
     below = _row_bound(conn, schema, cutoff, partition_width if tenant is None else None)
     deliveries, attempts = _prune_deliveries(
         conn, schema, {**scope, "states": states, "below": below}, progress)
-    events = _prune_events(conn, schema, scope, progress)
+    width = partition_width if tenant is None else None
+    events = _prune_events(conn, schema, {**scope, "bound": _event_bound(
+        conn, schema, cutoff, width)}, progress)
     return PruneResult(cutoff, deliveries, attempts, events, partitions)
+
+
+def _event_bound(conn: psycopg.Connection[Any], schema: str, cutoff: dt.datetime,
+                 width: dt.timedelta | None) -> uuid.UUID:
+    """The first event id left to its partition's drop (PRUNE_EVENT_BOUND), else the
+    cutoff's UUIDv7 floor."""
+    if width is None:
+        return uuid7_floor(cutoff)
+    with translated(), conn.transaction(), conn.cursor(row_factory=scalar_row) as cur:
+        bound = cur.execute(render(queries.PRUNE_EVENT_BOUND, schema),
+                            {"cutoff": cutoff, "width": width.total_seconds()}).fetchone()
+    return uuid7_floor(cutoff) if bound is None else uuid.UUID(str(bound))
 
 
 def _row_bound(conn: psycopg.Connection[Any], schema: str, cutoff: dt.datetime,
@@ -200,8 +219,7 @@ def _prune_events(
     conn: psycopg.Connection[Any], schema: str, scope: dict[str, Any],
     progress: PruneProgress | None,
 ) -> int:
-    params: dict[str, Any] = {**scope, "after": uuid.UUID(int=0),
-                              "bound": uuid7_floor(scope["cutoff"])}
+    params: dict[str, Any] = {**scope, "after": uuid.UUID(int=0)}
     sql = render(queries.PRUNE_EVENTS_BATCH, schema)
     examined = deleted = 0
     while True:

@@ -90,6 +90,7 @@ from outbox._db.queries.operations import (
     PRUNE_COUNT,
     PRUNE_CUTOFF,
     PRUNE_DELIVERIES_BATCH,
+    PRUNE_EVENT_BOUND,
     PRUNE_EVENTS_BATCH,
     PRUNE_ROW_BOUND,
     READ_COMMITTED,
@@ -107,6 +108,8 @@ from outbox._db.queries.opevents import (
     OP_WAKE,
 )
 from outbox._db.queries.partitions import (
+    EVENT_PARTITION_DROP,
+    EVENT_PARTITION_STATUS,
     PARTITION_CUTOFFS,
     PARTITION_DROP,
     PARTITION_STATUS,
@@ -185,6 +188,8 @@ __all__ = [
     "EVENT_IDS_SINCE",
     "EVENT_ID_BY_IDEMPOTENCY_KEY",
     "EVENT_LIST",
+    "EVENT_PARTITION_DROP",
+    "EVENT_PARTITION_STATUS",
     "FLOW_STATES",
     "INBOX_MIGRATIONS_APPLIED",
     "INBOX_MIGRATIONS_TABLE",
@@ -211,6 +216,7 @@ __all__ = [
     "PRUNE_CUTOFF",
     "PRUNE_DELIVERIES_BATCH",
     "PRUNE_EVENTS_BATCH",
+    "PRUNE_EVENT_BOUND",
     "PRUNE_ROW_BOUND",
     "READ_COMMITTED",
     "REPLAY_BATCH",

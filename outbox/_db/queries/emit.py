@@ -161,19 +161,29 @@ def _wake_guard(wake: bool) -> str:
     return " WHERE (SELECT count(*) FROM wake) >= 0" if wake else ""
 
 
+# Idempotency keys (migrations/0025_partitioned_events.sql): events is partitioned by id,
+# so the keys' unique index is event_keys' primary key. The key goes in first (ON CONFLICT
+# DO NOTHING: a key another transaction holds uncommitted makes this one wait for it, as a
+# unique index of events did); only the events whose key it won are inserted; a taken key
+# returns the first event's id from event_keys.
 # With an idempotency key: a conflict inserts nothing and returns the first event's id.
 def _emit_one_idempotent(wake: bool) -> str:
     return """
-WITH ins AS (
+WITH k AS (
+    INSERT INTO {schema}.event_keys (idempotency_key, event_id)
+    VALUES (%(ikey)s, %(id)s)
+    ON CONFLICT DO NOTHING
+    RETURNING event_id),
+ins AS (
     INSERT INTO {schema}.events (id, type, payload, key, idempotency_key, traceparent, tenant)
-    VALUES (%(id)s, %(type)s, %(payload)s::json, %(key)s, %(ikey)s, %(traceparent)s,
-            %(tenant)s)
-    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    SELECT %(id)s::uuid, %(type)s::text, %(payload)s::json, %(key)s::text, %(ikey)s::text,
+           %(traceparent)s::text, %(tenant)s::text
+      FROM k
     RETURNING id, type, tenant, key),
 """ + _wake_ctes(_FAN_OUT_NAMED, wake) + """
 SELECT id FROM ins""" + _wake_guard(wake) + """
 UNION ALL
-SELECT id FROM {schema}.events
+SELECT event_id FROM {schema}.event_keys
  WHERE idempotency_key = %(ikey)s AND NOT EXISTS (SELECT 1 FROM ins)
 """
 
@@ -186,16 +196,23 @@ WITH input AS (
                          %(keys)s::text[], %(ikeys)s::text[], %(traceparents)s::text[],
                          %(tenants)s::text[])
            WITH ORDINALITY AS t(id, type, payload, key, ikey, traceparent, tenant, ord)),
+k AS (
+    INSERT INTO {schema}.event_keys (idempotency_key, event_id)
+    SELECT ikey, id FROM input WHERE ikey IS NOT NULL ORDER BY ord
+    ON CONFLICT DO NOTHING
+    RETURNING event_id),
 ins AS (
     INSERT INTO {schema}.events (id, type, payload, key, idempotency_key, traceparent, tenant)
-    SELECT id, type, payload::json, key, ikey, traceparent, tenant FROM input ORDER BY ord
-    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    SELECT id, type, payload::json, key, ikey, traceparent, tenant FROM input
+     WHERE ikey IS NULL OR id IN (SELECT event_id FROM k)
+     ORDER BY ord
     RETURNING id, type, tenant, key),
 """ + _wake_ctes(_FAN_OUT_GROUPED, wake) + """
-SELECT COALESCE(ins.id, old.id) AS id
+SELECT COALESCE(ins.id, old.event_id) AS id
   FROM input
   LEFT JOIN ins ON ins.id = input.id
-  LEFT JOIN {schema}.events old ON ins.id IS NULL AND old.idempotency_key = input.ikey""" \
+  LEFT JOIN {schema}.event_keys old
+    ON ins.id IS NULL AND old.idempotency_key = input.ikey""" \
         + _wake_guard(wake) + """
  ORDER BY input.ord
 """
@@ -231,7 +248,8 @@ PREPARED_STATEMENT = "SELECT 1 FROM pg_prepared_statements WHERE name = %s"
 
 # Second look for an idempotency key another transaction committed during our statement.
 EVENT_ID_BY_IDEMPOTENCY_KEY = """
-SELECT idempotency_key, id FROM {schema}.events WHERE idempotency_key = ANY (%s::text[])
+SELECT idempotency_key, event_id AS id FROM {schema}.event_keys
+ WHERE idempotency_key = ANY (%s::text[])
 """
 
 # --- wake-up (design, alternatives and figures: outbox/delivery/wakeup.py) ----
@@ -291,10 +309,15 @@ WAKE_CHANNEL_NAME = f"SELECT {WAKE_CHANNEL}"
 # redefining the function), and tests/integration/test_sql_emit_property.py compares
 # the deliveries of both emits over random events and endpoints.
 _FN_SCHEMA_NAME = """('"' || current_schema() || '"')"""
-SQL_EMIT_STATEMENT = """WITH ins AS (
+SQL_EMIT_STATEMENT = """WITH k AS (
+    INSERT INTO event_keys (idempotency_key, event_id)
+    SELECT v_ikey, v_id WHERE v_ikey IS NOT NULL
+    ON CONFLICT DO NOTHING
+    RETURNING event_id),
+ins AS (
     INSERT INTO events (id, type, payload, key, idempotency_key, traceparent, tenant)
-    VALUES (v_id, emit.type, v_payload::json, emit.key, v_ikey, NULL, emit.tenant)
-    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    SELECT v_id, emit.type, v_payload::json, emit.key, v_ikey, NULL, emit.tenant
+     WHERE v_ikey IS NULL OR EXISTS (SELECT FROM k)
     RETURNING id, type, tenant, key),
 fan AS (""" + _fan_out("emit.payload", "", "%") + """ RETURNING 1),
 wake AS (""" + _wake_if_idle(_FN_SCHEMA_NAME) + """)

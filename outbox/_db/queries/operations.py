@@ -400,9 +400,30 @@ gone AS (
      WHERE e.id = picked.id AND e.created_at < %(cutoff)s
        AND (%(tenant)s::text IS NULL OR e.tenant = %(tenant)s::text)
        AND NOT EXISTS (SELECT 1 FROM {schema}.deliveries d WHERE d.event_id = e.id)
-    RETURNING e.id)
+    RETURNING e.id, e.idempotency_key),
+keys AS (
+    DELETE FROM {schema}.event_keys k USING gone
+     WHERE gone.idempotency_key IS NOT NULL AND k.idempotency_key = gone.idempotency_key
+       AND k.event_id = gone.id
+    RETURNING 1)
 SELECT (SELECT id FROM picked ORDER BY id DESC LIMIT 1) AS last_id,
-       (SELECT count(*) FROM picked) AS picked, (SELECT count(*) FROM gone) AS deleted
+       (SELECT count(*) FROM picked) AS picked, (SELECT count(*) FROM gone) AS deleted,
+       (SELECT count(*) FROM keys) AS keys
+"""
+
+# The events left to their partitions' drop by the worker's prune (prune(partition_width=
+# ...)), as PRUNE_ROW_BOUND for deliveries: the first id of the oldest partition of events
+# whose range ends after the cutoff minus two widths (its events' deliveries sit in
+# delivery partitions that close within a width of it; the drop takes it once those are
+# dropped); a partition older than that, still there, is blocked, and its events are
+# deleted one by one as before. The cutoff's own floor when no such partition exists.
+PRUNE_EVENT_BOUND = """
+SELECT least({schema}.uuid7_floor(%(cutoff)s::timestamptz),
+             (SELECT p.lo FROM {schema}.event_partitions p
+               WHERE p.lo IS NOT NULL
+                 AND p.hi > {schema}.uuid7_floor(%(cutoff)s::timestamptz
+                                                 - 2 * make_interval(secs => %(width)s))
+               ORDER BY p.lo LIMIT 1))
 """
 
 # Key rotation: every stored secret, re-sealed with the current key, one transaction.

@@ -24,3 +24,15 @@ SELECT k, deliveries, attempts, lo, hi, opened_at, closed_at, rows_estimate, byt
 PARTITION_DROP = """
 SELECT {schema}.partition_drop(%(k)s, %(cutoff)s, %(dead_cutoff)s, %(lock_timeout_ms)s)
 """
+
+# The partitions of events (migrations/0025_partitioned_events.sql), oldest first, with
+# what blocks each drop (NULL: droppable).
+EVENT_PARTITION_STATUS = """
+SELECT name, lo, hi, rows_estimate, bytes, blocked_by
+  FROM {schema}.event_partition_status(%(cutoff)s)
+ ORDER BY hi
+"""
+# Drops one partition of events, with its idempotency keys, if nothing blocks it.
+EVENT_PARTITION_DROP = """
+SELECT {schema}.event_partition_drop(%(name)s, %(cutoff)s, %(lock_timeout_ms)s)
+"""

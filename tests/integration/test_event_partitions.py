@@ -1,0 +1,152 @@
+"""Partitioned events (migrations/0025): partitions of event ids made ahead and dropped behind
+with their idempotency keys, never while a delivery refers to their events; ids outside
+them go to events_default; upgrade in place from a populated 0024 database."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import time
+import uuid
+
+import psycopg
+import pytest
+
+import outbox
+from outbox.admin import migrations as migrate_module
+from outbox.admin import partitions as parts
+from outbox.admin.migrations import available, migrate
+from outbox.admin.retention import prune
+from outbox.testing.receiver import Receiver
+from tests.support.pg import SCHEMA
+from tests.support.workers import add_endpoint, drain, rows, settings
+
+WIDTH = dt.timedelta(seconds=2)
+
+
+def _advance(db_url: str, width: dt.timedelta = WIDTH) -> int:
+    with psycopg.connect(db_url, autocommit=True) as c:
+        return parts.advance(c, SCHEMA, width)
+
+
+def _home(db_url: str, event_id: uuid.UUID) -> str:
+    ((name,),) = rows(db_url, "SELECT tableoid::regclass::text FROM outbox.events"
+                              " WHERE id = %s", (event_id,))
+    return str(name).removeprefix("outbox.")
+
+
+def _emit(db_url: str, key: str | None = None, event_type: str = "t") -> uuid.UUID:
+    with psycopg.connect(db_url) as c:
+        got = outbox.emit(c, outbox.Event(event_type, {"k": key}, idempotency_key=key),
+                          schema=SCHEMA)
+        c.commit()
+    return got
+
+
+def _event_status(db_url: str) -> dict[str, str | None]:
+    with psycopg.connect(db_url, autocommit=True) as c:
+        return {p.name: p.blocked_by for p in parts.event_status(c, SCHEMA, dt.timedelta(0))}
+
+
+def test_advance_makes_partitions_ahead_and_emits_land_in_them(db_url: str) -> None:
+    before = _emit(db_url)  # no manager has run since the migration: the default partition
+    assert _home(db_url, before) == "events_default"
+    made = _advance(db_url)
+    assert made >= 30  # 2 s wide, at least 60 s ahead (plus the deliveries' own)
+    ranges = rows(db_url, "SELECT lo, hi FROM outbox.event_partitions WHERE lo IS NOT NULL"
+                          " ORDER BY lo")
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))  # no gaps
+    ((ahead,),) = rows(db_url, "SELECT outbox.uuid7_time(%s) - now() > interval '59 s'",
+                       (ranges[-1][1],))
+    assert ahead
+    new = _emit(db_url)
+    assert _home(db_url, new).startswith("events_p")
+    assert _home(db_url, before) == "events_default"  # below the first partition: stays
+    made_again = _advance(db_url)  # only what time moved on to since the first call
+    assert made_again <= 3, made_again
+
+
+def test_a_new_partition_takes_its_rows_out_of_the_default_partition(db_url: str) -> None:
+    """An id from a clock running ahead lands in events_default, then in its partition."""
+    with psycopg.connect(db_url, autocommit=True) as c:
+        (ahead,) = c.execute("INSERT INTO outbox.events (id, type, payload)"
+                             " VALUES (outbox.uuid7_floor(now() + interval '30 s'), 't', '{}')"
+                             " RETURNING id").fetchone()  # type: ignore[misc]
+    assert _home(db_url, ahead) == "events_default"
+    _advance(db_url)
+    assert _home(db_url, ahead).startswith("events_p")
+    assert rows(db_url, "SELECT count(*) FROM outbox.events WHERE id = %s", (ahead,)) == [(1,)]
+
+
+def test_a_partition_goes_once_no_delivery_refers_to_its_events_and_takes_its_keys(
+        db_url: str) -> None:
+    _advance(db_url)
+    with Receiver() as rx:
+        add_endpoint(db_url, rx.url + "/h")
+        first = _emit(db_url, key="order-1")
+        assert _emit(db_url, key="order-1") == first  # deduplicated while kept
+        home = _home(db_url, first)
+        time.sleep(WIDTH.total_seconds() + 0.1)  # its ids now all precede the cutoff
+        assert _event_status(db_url)[home] == "deliveries refer to its events"
+        with psycopg.connect(db_url, autocommit=True) as c:
+            parts.drop_expired(c, SCHEMA, dt.timedelta(0))  # the empty converted one goes
+        assert _event_status(db_url)[home] == "deliveries refer to its events"
+        drain(settings(db_url))
+        assert rx.wait_for(1, 10)
+    assert rows(db_url, "SELECT count(*) FROM outbox.events WHERE id = %s", (first,)) == [(1,)]
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("DELETE FROM outbox.deliveries")  # as the deliveries' own drop does
+        result = parts.drop_expired(c, SCHEMA, dt.timedelta(0))
+    assert result.events_dropped >= 1
+    assert home not in _event_status(db_url)
+    assert rows(db_url, "SELECT count(*) FROM outbox.events WHERE id = %s", (first,)) == [(0,)]
+    assert rows(db_url, "SELECT count(*) FROM outbox.event_keys") == [(0,)]
+    assert _emit(db_url, key="order-1") != first  # the key went with its event
+    assert "within retention" in _event_status(db_url).values()  # the newer ones stay
+
+
+def test_pruning_an_event_row_by_row_deletes_its_key(db_url: str) -> None:
+    keyed = _emit(db_url, key="k-1")  # in events_default: pruned row by row
+    assert _home(db_url, keyed) == "events_default"
+    time.sleep(0.01)
+    with psycopg.connect(db_url, autocommit=True) as c:
+        assert prune(c, SCHEMA, dt.timedelta(0)).events == 1
+    assert rows(db_url, "SELECT count(*) FROM outbox.event_keys") == [(0,)]
+    assert _emit(db_url, key="k-1") != keyed
+
+
+def test_upgrade_in_place_keeps_every_event_and_key(
+        blank_db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = [m for m in available() if m.version <= 24]
+    monkeypatch.setattr(migrate_module, "available",
+                        lambda inbox=False: available(inbox=True) if inbox else before)
+    with psycopg.connect(blank_db_url, autocommit=True) as c:
+        migrate(c, SCHEMA)
+    with Receiver() as rx:
+        add_endpoint(blank_db_url, rx.url + "/h")
+        with psycopg.connect(blank_db_url) as c:
+            c.execute("SELECT outbox.emit('plain', jsonb_build_object('n', n))"
+                      " FROM generate_series(0, 9) n")
+            (keyed,) = c.execute("SELECT outbox.emit('keyed', '{}', idempotency_key => 'k')"
+                                 ).fetchone()  # type: ignore[misc]
+            c.commit()
+        snapshot = rows(blank_db_url, "SELECT * FROM outbox.events ORDER BY id")
+        monkeypatch.undo()
+        with psycopg.connect(blank_db_url, autocommit=True) as c:
+            applied = [m.version for m in migrate(c, SCHEMA)]
+        assert applied == [m.version for m in available() if m.version > 24]
+        assert rows(blank_db_url, "SELECT * FROM outbox.events ORDER BY id") == snapshot
+        assert rows(blank_db_url, "SELECT DISTINCT tableoid::regclass::text FROM outbox.events"
+                    ) == [("outbox.events_legacy",)]
+        # the key still deduplicates, from Python and from SQL
+        assert _emit(blank_db_url, key="k", event_type="keyed") == keyed
+        assert rows(blank_db_url, "SELECT outbox.emit('keyed', '{}', idempotency_key => 'k')"
+                    ) == [(keyed,)]
+        drain(settings(blank_db_url))
+        assert rx.wait_for(11, 15)
+    # the converted table goes whole once nothing refers to its events
+    with psycopg.connect(blank_db_url, autocommit=True) as c:
+        c.execute("DELETE FROM outbox.deliveries")
+        assert parts.drop_expired(c, SCHEMA, dt.timedelta(0)).events_dropped == 1
+    assert rows(blank_db_url, "SELECT count(*) FROM outbox.events") == [(0,)]
+    assert rows(blank_db_url, "SELECT count(*) FROM outbox.event_keys") == [(0,)]
