@@ -63,7 +63,6 @@ import outbox
 from bench.common import SCHEMA, emit_json
 from bench.procs import ROOT, Workers
 from bench.sink import Sink
-from outbox.admin import endpoints as ep
 from outbox.settings import mask_url
 from outbox.testing import postgres
 
@@ -132,6 +131,11 @@ _MIGRATE = ("import os, psycopg; from outbox.admin.migrations import migrate; im
             "assert m.__file__.startswith(os.getcwd()), m.__file__; "
             "c = psycopg.connect(os.environ['OUTBOX_DATABASE_URL'], autocommit=True); "
             "migrate(c, os.environ['OUTBOX_SCHEMA'])")
+# The endpoint is registered by the layout's own code (the columns it writes are its
+# schema's).
+_ADD_ENDPOINT = ("import os, psycopg; from outbox.admin import endpoints as ep; "
+                 "c = psycopg.connect(os.environ['OUTBOX_DATABASE_URL'], autocommit=True); "
+                 "ep.add(c, {url!r}, schema=os.environ['OUTBOX_SCHEMA'])")
 _CLAIM = ("from outbox._db.connection import render; from outbox.delivery import queries; "
           "import os; print(render(queries.CLAIM, os.environ['OUTBOX_SCHEMA']), end='')")
 
@@ -323,8 +327,8 @@ def run_one(layout: Layout, cfg: Config, av: bool, claim: str) -> dict[str, Any]
     samples: list[dict[str, Any]] = []
     sh = Shared()
     with _database(layout) as url, autovacuum(av, url), Sink() as sink:
+        layout.python(_ADD_ENDPOINT.format(url=sink.url + "/r"), url)
         with psycopg.connect(url, autocommit=True) as c:
-            ep.add(c, sink.url + "/r", schema=SCHEMA)
             db = c.execute("SELECT oid FROM pg_database WHERE datname = current_database()"
                            ).fetchone()
         assert db is not None
