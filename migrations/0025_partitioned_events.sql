@@ -112,6 +112,17 @@ BEGIN
     EXECUTE format('ALTER TABLE events ATTACH PARTITION events_legacy'
                    ' FOR VALUES FROM (MINVALUE) TO (%L)', bound);
     CREATE TABLE events_default PARTITION OF events DEFAULT;
+    -- its indexes named after the parent's (events_default_by_type, ...), as the others
+    FOR r IN SELECT c.relname AS child, pc.relname AS parent FROM pg_index x
+               JOIN pg_class c ON c.oid = x.indexrelid
+               JOIN pg_inherits i ON i.inhrelid = x.indexrelid
+               JOIN pg_class pc ON pc.oid = i.inhparent
+              WHERE x.indrelid = 'events_default'::regclass
+                AND c.relname <> 'events_default' || substr(pc.relname, length('events') + 1)
+    LOOP
+        EXECUTE format('ALTER INDEX %I RENAME TO %I', r.child,
+                       'events_default' || substr(r.parent, length('events') + 1));
+    END LOOP;
     INSERT INTO event_partitions (name, lo, hi) VALUES ('events_legacy', NULL, bound);
     -- Whoever could use the old table can use the new parent; who inserted events (emit)
     -- inserts and reads keys, who deleted them (the worker's prune) deletes keys.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import json
 import time
 import uuid
 
@@ -18,8 +19,17 @@ from outbox.admin import partitions as parts
 from outbox.admin.migrations import available, migrate
 from outbox.admin.retention import prune
 from outbox.testing.receiver import Receiver
+from tests.support.cli import invoke
 from tests.support.pg import SCHEMA
-from tests.support.workers import add_endpoint, drain, rows, settings
+from tests.support.workers import (
+    add_endpoint,
+    drain,
+    log_of,
+    rows,
+    settings,
+    spawn,
+    wait_until,
+)
 
 WIDTH = dt.timedelta(seconds=2)
 
@@ -150,3 +160,44 @@ def test_upgrade_in_place_keeps_every_event_and_key(
         assert parts.drop_expired(c, SCHEMA, dt.timedelta(0)).events_dropped == 1
     assert rows(blank_db_url, "SELECT count(*) FROM outbox.events") == [(0,)]
     assert rows(blank_db_url, "SELECT count(*) FROM outbox.event_keys") == [(0,)]
+
+
+def test_the_cli_lists_the_partitions_of_events(db_url: str) -> None:
+    _advance(db_url)
+    out = invoke(db_url, "partitions", "--events", "--older-than", "0s", "--json")
+    assert out.exit_code == 0, out.output
+    listed = json.loads(out.stdout)
+    assert listed[0]["name"] == "events_legacy" and listed[0]["lo"] is None
+    assert listed[0]["droppable"] is True  # empty, and every id below the cutoff
+    assert {p["blocked_by"] for p in listed[1:]} == {"within retention"}
+    table = invoke(db_url, "partitions", "--events").output
+    assert "events_legacy" in table and "no: within retention" in table
+
+
+def test_a_worker_makes_event_partitions_ahead_and_drops_them_behind(db_url: str) -> None:
+    """OUTBOX_PARTITION_SECONDS=10, a retention of 1 s: the worker makes the partitions of
+    events ahead, every emit lands in one, and once their deliveries' partitions are gone
+    the worker drops them whole (no event is deleted row by row)."""
+    with Receiver() as rx:
+        add_endpoint(db_url, rx.url + "/h")
+        proc = spawn(db_url, OUTBOX_PARTITION_SECONDS="10", OUTBOX_RETENTION_SECONDS="1",
+                     OUTBOX_PRUNE_INTERVAL_SECONDS="1", OUTBOX_POLL_INTERVAL_SECONDS="0.05")
+        try:
+            try:
+                wait_until(lambda: rows(db_url, "SELECT count(*) FROM outbox.event_partitions"
+                                                " WHERE lo IS NOT NULL")[0][0] >= 6,
+                           15, "partitions of events made 60 s ahead")
+            except AssertionError as exc:
+                raise AssertionError(log_of(proc)) from exc
+            homes = {_home(db_url, _emit(db_url)) for _ in range(3)}
+            assert all(h.startswith("events_p") for h in homes), homes
+            wait_until(lambda: not rows(db_url, "SELECT 1 FROM outbox.event_partitions"
+                                                " WHERE name = ANY (%s)", (list(homes),)),
+                       60, "the partitions of delivered events dropped")
+            assert rx.wait_for(3, 5)
+        finally:
+            proc.terminate()
+            proc.wait(15)
+        assert "Traceback" not in log_of(proc), log_of(proc)
+    assert rows(db_url, "SELECT count(*) FROM outbox.events WHERE tableoid ="
+                        " 'outbox.events_default'::regclass") == [(0,)]

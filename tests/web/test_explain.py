@@ -53,9 +53,9 @@ def _scans(db_url: str, name: str, params: Any) -> list[tuple[str, str | None]]:
     tables = ("events", "deliveries", "delivery_attempts")
 
     def unpart(name: str | None) -> str | None:
-        # deliveries and delivery_attempts are partitioned (migrations/0018): read a
-        # partition (deliveries_p7, deliveries_legacy) and its index (deliveries_p7_due) as
-        # the table and index they are a part of
+        # deliveries and delivery_attempts are partitioned (migrations/0018), events too
+        # (0025): read a partition (deliveries_p7, deliveries_legacy, events_default) and
+        # its index (deliveries_p7_due) as the table and index they are a part of
         return _PART.sub(r"\1", name) if name else name
     return [(n["Node Type"] + ":" + (unpart(n.get("Relation Name")) or ""),
              unpart(n.get("Index Name")))
@@ -65,7 +65,7 @@ def _scans(db_url: str, name: str, params: Any) -> list[tuple[str, str | None]]:
             and not (n["Node Type"] == "Seq Scan" and n["Total Cost"] == 0)]  # empty: ahead
 
 
-_PART = re.compile(r"^(deliveries|delivery_attempts)_(p\d+|legacy)")
+_PART = re.compile(r"^(deliveries|delivery_attempts|events)_(p\d+|legacy|default)")
 
 
 def _empty(node: dict[str, Any]) -> bool:
