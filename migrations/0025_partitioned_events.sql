@@ -45,7 +45,17 @@
 -- into event_keys (one index scan of that partial index). Locks: ACCESS EXCLUSIVE on events
 -- until commit (the whole file is one transaction): emits wait for it, then run against the
 -- new parent. Bound the wait as for 0004: PGOPTIONS='-c lock_timeout=3s' outbox migrate
--- (python -m bench.partition_upgrade measures the window).
+-- (python -m bench.partition_upgrade measures the window). On a large table validate the
+-- CHECK beforehand without blocking writes (VALIDATE takes SHARE UPDATE EXCLUSIVE), with a
+-- bound B a few minutes ahead of now, in UUIDv7 form (the first 12 hex digits: the
+-- millisecond since 1970; ids at or above it by the time the migration runs make it choose
+-- its own bound and scan again):
+--   SELECT (lpad(to_hex((extract(epoch FROM now() + interval '10 minutes') * 1000)::bigint),
+--                12, '0') || '00000000000000000000')::uuid;                    -- B
+--   ALTER TABLE <schema>.events ADD CONSTRAINT events_legacy_bound CHECK (id < 'B') NOT VALID;
+--   ALTER TABLE <schema>.events VALIDATE CONSTRAINT events_legacy_bound;
+-- and the migration uses that B without scanning (the converted table then also holds the
+-- events emitted until B).
 
 CREATE TABLE event_keys (
     idempotency_key text PRIMARY KEY,
@@ -78,16 +88,27 @@ $$;
 DO $$
 DECLARE
     bound uuid;
+    last_id uuid := (SELECT e.id FROM events e ORDER BY e.id DESC LIMIT 1);
+    pre uuid;
     r record;
 BEGIN
     SELECT greatest(uuid7_floor(now() + interval '1 millisecond'),
-                    COALESCE(uuid7_floor(uuid7_time((SELECT e.id FROM events e
-                                                      ORDER BY e.id DESC LIMIT 1))
-                                         + interval '1 millisecond'),
+                    COALESCE(uuid7_floor(uuid7_time(last_id) + interval '1 millisecond'),
                              uuid7_floor(now())))
       INTO bound;
-    EXECUTE format('ALTER TABLE events ADD CONSTRAINT events_legacy_bound CHECK (id < %L)',
-                   bound);
+    -- A bound validated beforehand (see above) is used as is when every id is below it.
+    SELECT (regexp_match(pg_get_constraintdef(c.oid),
+                         '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}'))[1]::uuid
+      INTO pre FROM pg_constraint c
+     WHERE c.conrelid = 'events'::regclass AND c.conname = 'events_legacy_bound'
+       AND c.convalidated;
+    IF pre IS NOT NULL AND (last_id IS NULL OR pre > last_id) THEN
+        bound := pre;
+    ELSE
+        ALTER TABLE events DROP CONSTRAINT IF EXISTS events_legacy_bound;
+        EXECUTE format('ALTER TABLE events ADD CONSTRAINT events_legacy_bound'
+                       ' CHECK (id < %L)', bound);
+    END IF;
     ALTER TABLE events RENAME TO events_legacy;
     FOR r IN SELECT i.relname FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
               WHERE x.indrelid = 'events_legacy'::regclass LOOP
