@@ -14,6 +14,7 @@ import psycopg
 from psycopg.rows import AsyncRowFactory, RowMaker, no_result
 
 from outbox._security.secretbox import SecretBox
+from outbox.delivery.queries import CLAIM_POSITION
 from outbox.errors import ConfigurationError
 
 
@@ -102,12 +103,15 @@ _HEADERS = _JOB_FIELDS.index("headers")  # NULL from the claim when empty (queri
 _SEALED = tuple(_JOB_FIELDS.index(f) for f in ("auth_secret", "tls_client_cert",
                                                 "tls_client_key"))
 _OAUTH2_SECRET = _JOB_FIELDS.index("oauth2_client_secret")
+_POSITION = CLAIM_POSITION.encode()
 
 
 def job_row(box: SecretBox) -> AsyncRowFactory[Job]:
     """Row factory: claim rows as :class:`Job`, secrets opened with ``box``.
 
-    The result's column names must be exactly Job's fields (any order). Each result's raw
+    The result's column names must be exactly Job's fields (any order), and may include the
+    claim's rotation position (``CLAIM_POSITION``: not a field, left to
+    :func:`claimed_position`). Each result's raw
     names key a cache, so the names are resolved once per distinct column list (building
     ``cursor.description`` costs ~30 us a claim); each row is then built positionally
     (``class_row`` builds by keyword: ~3x slower on the hot path).
@@ -167,10 +171,23 @@ def _emptied(v: list[Any]) -> list[Any]:
 
 
 def _job_picker(names: list[str]) -> Callable[[Sequence[Any]], Any]:
-    """A row's values in Job's field order, or TypeError if ``names`` are not its fields."""
-    if sorted(names) != sorted(_JOB_FIELDS):
+    """A row's values in Job's field order, or TypeError if ``names`` are not its fields
+    (the claim's position column aside)."""
+    if sorted(n for n in names if n != CLAIM_POSITION) != sorted(_JOB_FIELDS):
         raise TypeError(f"claim columns {names} are not Job's fields {list(_JOB_FIELDS)}")
     return itemgetter(*(names.index(f) for f in _JOB_FIELDS))
+
+
+def claimed_position(res: Any) -> tuple[str | None, bool]:
+    """From a claim's raw result (``cursor.pgresult``): the rotation position it carries
+    (``CLAIM_POSITION``, the same in every row; None before any endpoint was visited) and
+    whether it claimed nothing (then its one row holds the position alone: no job to load)."""
+    if res is None or not res.ntuples:
+        return None, True
+    names = [res.fname(i) for i in range(res.nfields)]
+    value = res.get_value(0, names.index(_POSITION))
+    empty = res.ntuples == 1 and res.get_value(0, names.index(b"delivery_id")) is None
+    return (bytes(value).decode() if value is not None else None), empty
 
 
 class Unloaded(NamedTuple):
