@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -18,9 +17,12 @@ from outbox.delivery.queries import CLAIM_POSITION
 from outbox.errors import ConfigurationError
 
 
-@dataclass(frozen=True, slots=True)
-class Job:
-    """One claimed delivery: the lease token fences its completion."""
+class Job(NamedTuple):
+    """One claimed delivery: the lease token fences its completion.
+
+    Immutable (a named tuple: a claim row becomes one in a single step, where a frozen
+    dataclass of these 33 fields took ~3 us a row setting each field); its repr shows none
+    of the endpoint's credentials marked below."""
 
     delivery_id: int
     attempt: int
@@ -44,17 +46,17 @@ class Job:
     credentials: str | None = None  # a broker URL's user:pass, opened (never logged)
     # The endpoint's credentials (outbox.admin._endpoint_auth), opened, never logged: secret
     # headers {name: value}, the auth kind and its secret, the TLS client cert and key (PEM).
-    # (not in the repr: a job in a log line or a traceback shows none of them)
-    secret_headers: dict[str, str] | None = field(default=None, repr=False)
+    # (not in the repr, _UNSHOWN: a job in a log line or a traceback shows none of them)
+    secret_headers: dict[str, str] | None = None
     auth_kind: str | None = None
-    auth_secret: str | None = field(default=None, repr=False)
-    tls_client_cert: str | None = field(default=None, repr=False)
-    tls_client_key: str | None = field(default=None, repr=False)
+    auth_secret: str | None = None
+    tls_client_cert: str | None = None
+    tls_client_key: str | None = None
     # OAuth2 client credentials (delivery/oauth2.py): set when the token URL is; the
     # client secret opened (never logged)
     oauth2_token_url: str | None = None
     oauth2_client_id: str | None = None
-    oauth2_client_secret: str | None = field(default=None, repr=False)
+    oauth2_client_secret: str | None = None  # (not in the repr either)
     oauth2_scope: str | None = None
     # Set (and every sealed field above emptied) when this row's sealed values do not open
     # with the worker's keys: the job is dead-lettered with this reason, never sent, and
@@ -65,6 +67,15 @@ class Job:
     def webhook_id(self) -> str:
         """The id receivers deduplicate on: the event id, stable across retries and replays."""
         return str(self.event_id)
+
+    def __repr__(self) -> str:
+        pairs = zip(self._fields, self, strict=True)
+        shown = ", ".join(f"{name}={value!r}" for name, value in pairs if name not in _UNSHOWN)
+        return f"Job({shown})"
+
+
+_UNSHOWN = frozenset({"secret_headers", "auth_secret", "tls_client_cert", "tls_client_key",
+                      "oauth2_client_secret"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +103,8 @@ class Completion:
 
 
 # the claim's columns: every field of Job but the last (``unopened``, set by job_row)
-_JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))[:-1]
-assert dataclasses.fields(Job)[-1].name == "unopened"
+_JOB_FIELDS = Job._fields[:-1]
+assert Job._fields[-1] == "unopened"
 _SECRET = _JOB_FIELDS.index("secret")  # previous_secret follows it
 assert _JOB_FIELDS[_SECRET + 1] == "previous_secret"
 _CREDENTIALS = _JOB_FIELDS.index("credentials")
@@ -123,6 +134,7 @@ def job_row(box: SecretBox) -> AsyncRowFactory[Job]:
     tenant. The common path pays one ``try`` per row (no cost in CPython 3.11).
     """
     open_ = box.open
+    new = tuple.__new__  # Job's values, all of them: Job(*v) without its argument parsing
     pickers: dict[tuple[bytes | None, ...], Callable[[Sequence[Any]], Any]] = {}
 
     def factory(cursor: psycopg.AsyncCursor[Any]) -> RowMaker[Job]:
@@ -154,8 +166,10 @@ def job_row(box: SecretBox) -> AsyncRowFactory[Job]:
             except ConfigurationError as exc:  # this row only (see job_row)
                 row = _emptied(list(pick(values)))
                 row[_HEADERS] = v[_HEADERS]
-                return dataclasses.replace(Job(*row), unopened=str(exc))
-            return Job(*v)
+                row.append(str(exc))  # unopened
+                return new(Job, row)
+            v.append(None)  # unopened
+            return new(Job, v)
 
         return make
 
