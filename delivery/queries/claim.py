@@ -77,9 +77,9 @@ from outbox._db import queries as core
 # off): every CTE that locks is MATERIALIZED, and the UPDATE finds its rows by primary key
 # (= ANY of the claimed ids), so the planner cannot lock or update more rows than the
 # LIMITs (PostgreSQL bug #15715); each claimed row fetches its event and endpoint by
-# primary key (LATERAL ... LIMIT 1 cannot be flattened into a hash join). The update's
-# one-time condition on `share` makes the rotation's position advance on every claim,
-# even one that takes nothing through the ring.
+# primary key (LATERAL ... LIMIT 1 cannot be flattened into a hash join). The result's
+# outer side is `share` (one row, read by the final SELECT whatever was claimed), so the
+# rotation's position is reported by every claim, even one that takes nothing.
 #
 # Ordered endpoints (design in migrations/0005_ordered.sql): `fresh` takes the
 # oldest greatest(4 * limit, 100) 'fresh' deliveries (committed emits to ordered endpoints,
