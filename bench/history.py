@@ -48,8 +48,9 @@ SELECT id, %(ep)s, 'delivered', 1, now() FROM ev
 """
 
 
-# The claim's per-endpoint budget off (no slots in use, no cap): the claim alone is measured.
-_UNBUDGETED = {"used_ids": [], "used_counts": [], "default_cap": 1 << 30}
+# The claim's per-endpoint budget off (no slots in use, no cap): the claim alone is measured;
+# no rotation position (each claim starts at the lowest endpoint id, rolled back anyway).
+_UNBUDGETED = {"used_ids": [], "used_counts": [], "default_cap": 1 << 30, "after": None}
 
 
 def _claims(conn: psycopg.Connection[Any], rounds: int) -> list[float]:

@@ -218,7 +218,8 @@ def _probe(url: str, claim: str, sh: Shared, start: float) -> None:
             while not sh.stop.wait(PROBE_EVERY):
                 params = {"limit": PROBE_LIMIT, "lease": 30.0, "token": uuid.uuid4(),
                           "used_ids": [], "used_counts": [], "default_cap": 1000,
-                          "floor": 0}  # the partitioned claim's floor (0: every partition)
+                          "floor": 0,  # the partitioned claim's floor (0: every partition)
+                          "after": None}  # its rotation position (an older CLAIM ignores it)
                 with conn.transaction(force_rollback=True):
                     xid = conn.execute("SELECT txid_current()").fetchone()
                     t0 = time.perf_counter()

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import statistics
 import time
 from typing import Any
@@ -76,8 +75,8 @@ async def _rounds(url: str, batch: int, rounds: int) -> dict[str, list[float]]:
                 assert len(jobs) == batch, len(jobs)
                 done = [_done(j) for j in jobs]
                 if variant == "poison":  # a retry delay no timestamp can hold
-                    done[batch // 3] = dataclasses.replace(
-                        done[batch // 3], state="pending", delay=1e300, outcome="retry")
+                    done[batch // 3] = done[batch // 3]._replace(
+                        state="pending", delay=1e300, outcome="retry")
                 start = time.perf_counter()
                 if variant == "bare":
                     await _bare(store, done)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -14,12 +12,16 @@ import psycopg
 from psycopg.rows import AsyncRowFactory, RowMaker, no_result
 
 from outbox._security.secretbox import SecretBox
+from outbox.delivery.queries import CLAIM_POSITION
 from outbox.errors import ConfigurationError
 
 
-@dataclass(frozen=True, slots=True)
-class Job:
-    """One claimed delivery: the lease token fences its completion."""
+class Job(NamedTuple):
+    """One claimed delivery: the lease token fences its completion.
+
+    Immutable (a named tuple: a claim row becomes one in a single step, where a frozen
+    dataclass of these 33 fields took ~3 us a row setting each field); its repr shows none
+    of the endpoint's credentials marked below."""
 
     delivery_id: int
     attempt: int
@@ -43,17 +45,17 @@ class Job:
     credentials: str | None = None  # a broker URL's user:pass, opened (never logged)
     # The endpoint's credentials (outbox.admin._endpoint_auth), opened, never logged: secret
     # headers {name: value}, the auth kind and its secret, the TLS client cert and key (PEM).
-    # (not in the repr: a job in a log line or a traceback shows none of them)
-    secret_headers: dict[str, str] | None = field(default=None, repr=False)
+    # (not in the repr, _UNSHOWN: a job in a log line or a traceback shows none of them)
+    secret_headers: dict[str, str] | None = None
     auth_kind: str | None = None
-    auth_secret: str | None = field(default=None, repr=False)
-    tls_client_cert: str | None = field(default=None, repr=False)
-    tls_client_key: str | None = field(default=None, repr=False)
+    auth_secret: str | None = None
+    tls_client_cert: str | None = None
+    tls_client_key: str | None = None
     # OAuth2 client credentials (delivery/oauth2.py): set when the token URL is; the
     # client secret opened (never logged)
     oauth2_token_url: str | None = None
     oauth2_client_id: str | None = None
-    oauth2_client_secret: str | None = field(default=None, repr=False)
+    oauth2_client_secret: str | None = None  # (not in the repr either)
     oauth2_scope: str | None = None
     # Set (and every sealed field above emptied) when this row's sealed values do not open
     # with the worker's keys: the job is dead-lettered with this reason, never sent, and
@@ -65,14 +67,23 @@ class Job:
         """The id receivers deduplicate on: the event id, stable across retries and replays."""
         return str(self.event_id)
 
+    def __repr__(self) -> str:
+        pairs = zip(self._fields, self, strict=True)
+        shown = ", ".join(f"{name}={value!r}" for name, value in pairs if name not in _UNSHOWN)
+        return f"Job({shown})"
 
-@dataclass(frozen=True, slots=True)
-class Completion:
+
+_UNSHOWN = frozenset({"secret_headers", "auth_secret", "tls_client_cert", "tls_client_key",
+                      "oauth2_client_secret"})
+
+
+class Completion(NamedTuple):
     """The recorded result of one attempt (a row of the batched completion statement).
 
     ``state`` is the delivery's next state; ``delay`` (seconds, ``inf`` = parked until the
     endpoint is enabled) applies to ``pending``; ``refund`` undoes the attempt count of a
-    claim that sent nothing (disabled endpoint).
+    claim that sent nothing (disabled endpoint). Immutable (a named tuple, made once per
+    attempt: cheaper to build than a frozen dataclass).
     """
 
     delivery_id: int
@@ -91,8 +102,8 @@ class Completion:
 
 
 # the claim's columns: every field of Job but the last (``unopened``, set by job_row)
-_JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))[:-1]
-assert dataclasses.fields(Job)[-1].name == "unopened"
+_JOB_FIELDS = Job._fields[:-1]
+assert Job._fields[-1] == "unopened"
 _SECRET = _JOB_FIELDS.index("secret")  # previous_secret follows it
 assert _JOB_FIELDS[_SECRET + 1] == "previous_secret"
 _CREDENTIALS = _JOB_FIELDS.index("credentials")
@@ -102,12 +113,15 @@ _HEADERS = _JOB_FIELDS.index("headers")  # NULL from the claim when empty (queri
 _SEALED = tuple(_JOB_FIELDS.index(f) for f in ("auth_secret", "tls_client_cert",
                                                 "tls_client_key"))
 _OAUTH2_SECRET = _JOB_FIELDS.index("oauth2_client_secret")
+_POSITION = CLAIM_POSITION.encode()
 
 
 def job_row(box: SecretBox) -> AsyncRowFactory[Job]:
     """Row factory: claim rows as :class:`Job`, secrets opened with ``box``.
 
-    The result's column names must be exactly Job's fields (any order). Each result's raw
+    The result's column names must be exactly Job's fields (any order), and may include the
+    claim's rotation position (``CLAIM_POSITION``: not a field, left to
+    :func:`claimed_position`). Each result's raw
     names key a cache, so the names are resolved once per distinct column list (building
     ``cursor.description`` costs ~30 us a claim); each row is then built positionally
     (``class_row`` builds by keyword: ~3x slower on the hot path).
@@ -119,6 +133,7 @@ def job_row(box: SecretBox) -> AsyncRowFactory[Job]:
     tenant. The common path pays one ``try`` per row (no cost in CPython 3.11).
     """
     open_ = box.open
+    new = tuple.__new__  # Job's values, all of them: Job(*v) without its argument parsing
     pickers: dict[tuple[bytes | None, ...], Callable[[Sequence[Any]], Any]] = {}
 
     def factory(cursor: psycopg.AsyncCursor[Any]) -> RowMaker[Job]:
@@ -150,8 +165,10 @@ def job_row(box: SecretBox) -> AsyncRowFactory[Job]:
             except ConfigurationError as exc:  # this row only (see job_row)
                 row = _emptied(list(pick(values)))
                 row[_HEADERS] = v[_HEADERS]
-                return dataclasses.replace(Job(*row), unopened=str(exc))
-            return Job(*v)
+                row.append(str(exc))  # unopened
+                return new(Job, row)
+            v.append(None)  # unopened
+            return new(Job, v)
 
         return make
 
@@ -167,10 +184,23 @@ def _emptied(v: list[Any]) -> list[Any]:
 
 
 def _job_picker(names: list[str]) -> Callable[[Sequence[Any]], Any]:
-    """A row's values in Job's field order, or TypeError if ``names`` are not its fields."""
-    if sorted(names) != sorted(_JOB_FIELDS):
+    """A row's values in Job's field order, or TypeError if ``names`` are not its fields
+    (the claim's position column aside)."""
+    if sorted(n for n in names if n != CLAIM_POSITION) != sorted(_JOB_FIELDS):
         raise TypeError(f"claim columns {names} are not Job's fields {list(_JOB_FIELDS)}")
     return itemgetter(*(names.index(f) for f in _JOB_FIELDS))
+
+
+def claimed_position(res: Any) -> tuple[str | None, bool]:
+    """From a claim's raw result (``cursor.pgresult``): the rotation position it carries
+    (``CLAIM_POSITION``, the same in every row; None before any endpoint was visited) and
+    whether it claimed nothing (then its one row holds the position alone: no job to load)."""
+    if res is None or not res.ntuples:
+        return None, True
+    names = [res.fname(i) for i in range(res.nfields)]
+    value = res.get_value(0, names.index(_POSITION))
+    empty = res.ntuples == 1 and res.get_value(0, names.index(b"delivery_id")) is None
+    return (bytes(value).decode() if value is not None else None), empty
 
 
 class Unloaded(NamedTuple):

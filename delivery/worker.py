@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 from collections.abc import Coroutine
@@ -342,7 +341,7 @@ class Worker:
             if done is not None:
                 hold = self.gate.open_for(job.endpoint_id)
                 if hold and done.state == "pending" and done.delay < hold:
-                    done = dataclasses.replace(done, delay=hold)
+                    done = done._replace(delay=hold)
                 self._record(done)
             if cooldown is not None and not self._stopped.is_set():
                 log.warning("endpoint circuit open for %.0fs", cooldown,

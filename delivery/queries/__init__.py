@@ -10,8 +10,7 @@ from outbox.delivery.queries.claim import (
     BUDGET,
     CLAIM,
     CLAIM_FLOOR,
-    CLAIM_POSITION_GET,
-    CLAIM_POSITION_SET,
+    CLAIM_POSITION,
 )
 from outbox.delivery.queries.complete import (
     COMPLETE,
@@ -65,8 +64,7 @@ __all__ = [
     "BUDGET",
     "CLAIM",
     "CLAIM_FLOOR",
-    "CLAIM_POSITION_GET",
-    "CLAIM_POSITION_SET",
+    "CLAIM_POSITION",
     "COMMIT",
     "COMPLETE",
     "DEMO_CREATE_ORDERS",

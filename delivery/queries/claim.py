@@ -1,6 +1,7 @@
 """The claim: one statement that leases due deliveries fairly across endpoints, within each
 endpoint's budget (this process's free slots and the endpoint's send tokens), and places
-fresh rows of ordered endpoints; and the rotation position it carries in its transaction."""
+fresh rows of ordered endpoints; the rotation's position goes in as a parameter and comes
+back in a column."""
 
 from __future__ import annotations
 
@@ -53,14 +54,18 @@ from outbox._db import queries as core
 # number of endpoints (tests/integration/
 # test_claim_plan.py: EXPLAIN with 5,000 endpoints, 50,000 delivered rows; bench.history).
 #
-# The rotation's position is a transaction-local setting (outbox.claim_after): the worker
-# sets it before the claim (CLAIM_POSITION_SET), the claim moves it (set_config in
-# `share`) and the worker reads it back after (CLAIM_POSITION_GET), all in the claim's one
-# pipelined transaction (outbox.delivery.connections): the result's columns are Job's
-# fields, so the claim cannot report where the ring stopped, and a random start would not
-# rotate: endpoint ids are UUIDv7 (time-ordered), so a random uuid falls above nearly all
-# of them and every claim would begin at the oldest endpoint. A worker process rotates as
-# one, from the lowest endpoint id at its start; nothing is left on the server connection.
+# The rotation's position is a parameter (%(after)s: NULL at a worker's start, then the
+# last value it got back) and a column of the result (CLAIM_POSITION, below): where this
+# claim's ring stopped (its last visited endpoint; the position given when the ring found no
+# pending row). The result always carries it: when nothing is claimed, it is one row whose
+# other columns are all NULL (`share`, one row, LEFT JOINed to the claimed rows), so the
+# position moves on with every claim, even one that takes nothing (a ring that visited
+# only endpoints with future rows, or over their budgets). The worker carries it from one
+# claim to the next (outbox.delivery.store); nothing is left on the server connection, and
+# the claim is one statement in its transaction. A random start would not rotate:
+# endpoint ids are UUIDv7 (time-ordered), so a random uuid falls above nearly all of them
+# and every claim would begin at the oldest endpoint. A worker process rotates as one,
+# from the lowest endpoint id at its start.
 #
 # Alternatives considered: a per-tenant or per-endpoint queue table (a second write on
 # every emit and a hot row per busy endpoint); DISTINCT ON / GROUP BY endpoint_id over the
@@ -72,9 +77,9 @@ from outbox._db import queries as core
 # off): every CTE that locks is MATERIALIZED, and the UPDATE finds its rows by primary key
 # (= ANY of the claimed ids), so the planner cannot lock or update more rows than the
 # LIMITs (PostgreSQL bug #15715); each claimed row fetches its event and endpoint by
-# primary key (LATERAL ... LIMIT 1 cannot be flattened into a hash join). The update's
-# one-time condition on `share` makes the rotation's position advance on every claim,
-# even one that takes nothing through the ring.
+# primary key (LATERAL ... LIMIT 1 cannot be flattened into a hash join). The result's
+# outer side is `share` (one row, read by the final SELECT whatever was claimed), so the
+# rotation's position is reported by every claim, even one that takes nothing.
 #
 # Ordered endpoints (design in migrations/0005_ordered.sql): `fresh` takes the
 # oldest greatest(4 * limit, 100) 'fresh' deliveries (committed emits to ordered endpoints,
@@ -92,11 +97,11 @@ from outbox._db import queries as core
 # of the picked rows: O(limit) rows, never a key's backlog. 'fresh' and 'waiting' rows
 # are in neither claim index: a key's backlog behind its head (retrying, or dead) costs
 # the ring and the fill nothing.
-# Its columns are named after Job's fields (outbox.delivery.jobs.job_row matches them by
-# name and refuses a result that is not a Job); the secrets are opened in Python. The two
-# jsonb columns come back NULL when empty (the default of every endpoint without custom or
-# secret headers): decoding '{}' in Python twice a row was a visible share of the worker's
-# CPU; job_row gives `headers` back as {}.
+# Its columns are named after Job's fields, plus CLAIM_POSITION (outbox.delivery.jobs.job_row
+# matches them by name and refuses a result that is not a Job); the secrets are opened in
+# Python. The two jsonb columns come back NULL when empty (the default of every endpoint
+# without custom or secret headers): decoding '{}' in Python twice a row was a visible
+# share of the worker's CPU; job_row gives `headers` back as {}.
 # No row's data may fail the statement (it would fail the claim for everyone): the only
 # arithmetic on a row's own value, attempts + 1, is capped below int4's end (an attempts
 # of 2147483647 written by hand overflowed it); the endpoint numbers are bounded by CHECKs.
@@ -171,14 +176,15 @@ _PENDING = "state = 'pending' AND visible_at < 'infinity' AND id >= %(floor)s::b
 # planning and index probes follow the partitions with queued work (about two), not every
 # partition kept. Its price: the ring's steps read one heap row each (the id), where they
 # were index-only. The lowest bigint: no floor.
+# The result column that carries the rotation's position (text; see above).
+CLAIM_POSITION = "claim_after"
 _LAST_UUID = "'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid"
 _LOCK_ORDER_F = core.ORDERED_LOCK_ORDER.format(ep="f.endpoint_id", key="f.key")
 CLAIM = """
 WITH RECURSIVE ring (endpoint_id, oldest, n, due, wrapped, after) AS (
     (SELECT head.endpoint_id, head.visible_at, 1, (head.visible_at <= now())::int,
             head.wrapped, cur.after
-       FROM (SELECT NULLIF(current_setting('outbox.claim_after', true), '')::uuid
-                 AS after) cur
+       FROM (SELECT %(after)s::uuid AS after) cur
       CROSS JOIN LATERAL (
           (SELECT endpoint_id, visible_at, false AS wrapped FROM {schema}.deliveries
             WHERE """ + _PENDING + """ AND endpoint_id > cur.after
@@ -207,10 +213,7 @@ WITH RECURSIVE ring (endpoint_id, oldest, n, due, wrapped, after) AS (
      WHERE r.due < %(limit)s AND r.n < greatest(4 * %(limit)s, 100)),
 share AS MATERIALIZED (
     SELECT %(limit)s / greatest(count(*) FILTER (WHERE oldest <= now()), 1) AS k,
-           set_config('outbox.claim_after',
-                      COALESCE((array_agg(endpoint_id ORDER BY n DESC))[1]::text,
-                               current_setting('outbox.claim_after', true), ''),
-                      true) AS after
+           COALESCE((array_agg(endpoint_id ORDER BY n DESC))[1], %(after)s::uuid) AS after
       FROM ring),
 cand AS MATERIALIZED (
     SELECT id, endpoint_id, visible_at FROM {schema}.deliveries
@@ -279,7 +282,7 @@ claimed AS (
            lease_token = %(token)s
      WHERE d.id = ANY (ARRAY(SELECT id FROM picked UNION ALL SELECT id FROM fill))
        AND d.id >= %(floor)s::bigint
-       AND (SELECT after IS NOT NULL FROM share) AND (SELECT count(*) FROM placed) >= 0
+       AND (SELECT count(*) FROM placed) >= 0
     RETURNING d.id, d.event_id, d.endpoint_id, d.attempts, d.lease_token)
 SELECT c.id AS delivery_id, c.attempts AS attempt, c.lease_token AS token, c.event_id,
        ev.type AS event_type, ev.payload::text AS payload, ev.created_at AS emitted_at,
@@ -292,16 +295,15 @@ SELECT c.id AS delivery_id, c.attempts AS attempt, c.lease_token AS token, c.eve
        NULLIF(ep.secret_header_values, '{{}}'::jsonb) AS secret_headers, ep.auth_kind,
        ep.auth_secret,
        ep.tls_client_cert, ep.tls_client_key,
-       ep.oauth2_token_url, ep.oauth2_client_id, ep.oauth2_client_secret, ep.oauth2_scope
-  FROM claimed c
-  CROSS JOIN LATERAL (SELECT * FROM {schema}.events e
-                       WHERE e.id = c.event_id LIMIT 1) ev
-  CROSS JOIN LATERAL (SELECT * FROM {schema}.endpoints p
-                       WHERE p.id = c.endpoint_id LIMIT 1) ep
+       ep.oauth2_token_url, ep.oauth2_client_id, ep.oauth2_client_secret, ep.oauth2_scope,
+       s.after::text AS """ + CLAIM_POSITION + """
+  FROM share s
+  LEFT JOIN (claimed c
+             CROSS JOIN LATERAL (SELECT * FROM {schema}.events e
+                                  WHERE e.id = c.event_id LIMIT 1) ev
+             CROSS JOIN LATERAL (SELECT * FROM {schema}.endpoints p
+                                  WHERE p.id = c.endpoint_id LIMIT 1) ep) ON true
 """
-
-CLAIM_POSITION_SET = "SELECT set_config('outbox.claim_after', %s, true)"
-CLAIM_POSITION_GET = "SELECT current_setting('outbox.claim_after', true)"
 
 # The claim's floor (%(floor)s of CLAIM, above), read in the claim's transaction once a second.
 CLAIM_FLOOR = "SELECT {schema}.claim_floor()"

@@ -13,14 +13,14 @@ import psycopg
 from outbox._db.connection import render
 from outbox.admin import deadletter, events
 from outbox.delivery import queries
-from tests.support.pg import SCHEMA, UNBUDGETED
+from tests.support.pg import SCHEMA, UNBUDGETED, claimed_rows
 from tests.support.workers import add_endpoint, emit
 
 
 def _claim(c: psycopg.Connection[Any], limit: int) -> dict[uuid.UUID, tuple[int, uuid.UUID]]:
     token = uuid.uuid4()
-    rows = c.execute(render(queries.CLAIM, SCHEMA).encode(),
-                     {"limit": limit, "lease": 30.0, "token": token, **UNBUDGETED}).fetchall()
+    rows = claimed_rows(c.execute(render(queries.CLAIM, SCHEMA).encode(), {
+        "limit": limit, "lease": 30.0, "token": token, **UNBUDGETED}).fetchall())
     return {r[3]: (r[0], r[2]) for r in rows}  # event id -> (delivery id, token)
 
 

@@ -11,7 +11,7 @@ import psycopg
 
 from outbox._db.connection import render
 from outbox.delivery import queries
-from tests.support.pg import SCHEMA, UNBUDGETED
+from tests.support.pg import SCHEMA, UNBUDGETED, claimed_rows
 
 CLAIM = render(queries.CLAIM, SCHEMA).encode()
 ENDPOINT_COLUMN = 7  # endpoint_id in the claim's result
@@ -35,19 +35,19 @@ def _due(c: psycopg.Connection[Any], endpoint: uuid.UUID, n: int, age_s: float) 
 
 
 # the rotation position per connection, as a worker carries it between claims
-_POSITION: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+_POSITION: weakref.WeakKeyDictionary[Any, str | None] = weakref.WeakKeyDictionary()
 
 
-def _claim(c: psycopg.Connection[Any], limit: int) -> list[tuple[Any, ...]]:
-    """One claim as the worker makes it: the rotation's position set, moved and read back
-    in the claim's transaction (nothing kept on the session)."""
+def _claim(c: psycopg.Connection[Any], limit: int, **budget: Any) -> list[tuple[Any, ...]]:
+    """One claim as the worker makes it: the rotation's position passed in, and read back
+    from the result (every row carries it; an empty claim's one row holds it alone)."""
     with c.transaction():
-        c.execute(queries.CLAIM_POSITION_SET, (_POSITION.get(c, ""),))
-        rows = c.execute(CLAIM, {"limit": limit, "lease": 30.0,
-                                 "token": uuid.uuid4(), **UNBUDGETED}).fetchall()
-        position = c.execute(queries.CLAIM_POSITION_GET).fetchone()
-    _POSITION[c] = str(position[0] or "") if position else ""
-    return rows
+        cur = c.execute(CLAIM, {"limit": limit, "lease": 30.0, "token": uuid.uuid4(),
+                                **UNBUDGETED, "after": _POSITION.get(c), **budget})
+        rows = cur.fetchall()
+    names = [d.name for d in cur.description or ()]
+    _POSITION[c] = rows[0][names.index(queries.CLAIM_POSITION)] if rows else None
+    return claimed_rows(rows)
 
 
 def test_quiet_endpoint_is_claimed_at_once_behind_a_burst(db_url: str) -> None:
@@ -112,3 +112,25 @@ def test_a_crowd_of_retry_only_endpoints_does_not_hide_a_due_one(db_url: str) ->
         seen = [r[ENDPOINT_COLUMN] for _ in range(4) for r in _claim(c, 2)]
     assert quiet in seen
     assert set(seen) <= {burst, quiet}  # nothing that is not due
+
+
+def test_a_claim_that_takes_nothing_still_moves_the_rotation_on(db_url: str) -> None:
+    """150 endpoints with only future rows below a due one (the highest id), and a burst
+    whose older rows fill the FIFO but whose budget is spent (every slot in flight here):
+    the first claim's ring passes 100 endpoints and takes nothing, and its result still
+    carries where it stopped, so the next claim goes on from there and reaches the due
+    endpoint (starting from the lowest id again, every claim would take nothing)."""
+    with psycopg.connect(db_url, autocommit=True) as c:
+        for endpoint in _endpoints(c, 150):
+            _due(c, endpoint, 1, age_s=-3600)
+        (burst,) = _endpoints(c, 1)
+        (last,) = c.execute("INSERT INTO outbox.endpoints (id, url, secret) VALUES"
+                            " ('ffffffff-ffff-ffff-ffff-fffffffffffe', 'https://example.com/q',"
+                            " 'x') RETURNING id").fetchone() or (None,)
+        _due(c, burst, 100, age_s=60)
+        _due(c, last, 1, age_s=1)
+        c.execute("ANALYZE outbox.deliveries")
+        spent = {"used_ids": [burst], "used_counts": [1 << 30]}
+        assert _claim(c, 2, **spent) == []
+        assert _POSITION.get(c) is not None
+        assert [r[ENDPOINT_COLUMN] for r in _claim(c, 2, **spent)] == [last]

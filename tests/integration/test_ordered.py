@@ -23,7 +23,7 @@ from outbox.delivery import queries as dq
 from outbox.errors import DeliveryNotFound, OperationRefused
 from outbox.testing.receiver import Behaviour, Receiver
 from tests.support.cli import invoke
-from tests.support.pg import SCHEMA, UNBUDGETED
+from tests.support.pg import SCHEMA, UNBUDGETED, claimed_rows
 from tests.support.workers import (
     SECRET,
     add_endpoint,
@@ -313,8 +313,8 @@ def test_a_completion_racing_a_placement_never_strands_the_key(db_url: str) -> N
     claim, complete = render(dq.CLAIM, SCHEMA), render(dq.COMPLETE, SCHEMA)
 
     def claim_once(c: psycopg.Connection[Any]) -> list[Any]:
-        return c.execute(claim.encode(), {"limit": 10, "lease": 30.0,
-                                          "token": uuid.uuid4(), **UNBUDGETED}).fetchall()
+        return claimed_rows(c.execute(claim.encode(), {
+            "limit": 10, "lease": 30.0, "token": uuid.uuid4(), **UNBUDGETED}).fetchall())
 
     with psycopg.connect(db_url, autocommit=True) as c, \
             psycopg.connect(db_url) as holder, psycopg.connect(db_url, autocommit=True) as w:

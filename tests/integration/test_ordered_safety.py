@@ -27,7 +27,7 @@ from tests.integration.test_ordered import (
     delivery_of,
     emit_keyed,
 )
-from tests.support.pg import SCHEMA, UNBUDGETED
+from tests.support.pg import SCHEMA, UNBUDGETED, claimed_rows
 from tests.support.workers import add_endpoint, rows, run_until, settings, wait_until
 
 # hashtext('order-221716') = hashtext('order-313556'): one advisory lock for two keys
@@ -35,9 +35,9 @@ COLLIDING = ("order-221716", "order-313556")
 
 
 def _claim(c: psycopg.Connection[Any], limit: int = 10) -> list[Any]:
-    return c.execute(render(dq.CLAIM, SCHEMA).encode(),
-                     {"limit": limit, "lease": 30.0, "token": uuid.uuid4(),
-                      **UNBUDGETED}).fetchall()
+    return claimed_rows(c.execute(render(dq.CLAIM, SCHEMA).encode(),
+                                  {"limit": limit, "lease": 30.0, "token": uuid.uuid4(),
+                                   **UNBUDGETED}).fetchall())
 
 
 def _repeatable_read_by_default(db_url: str) -> None:

@@ -48,5 +48,14 @@ def outbox_migrations(url: str, schema: str = SCHEMA) -> list[tuple[Any, ...]]:
 
 # The claim's budget parameters for a test that reads the claim alone (no worker): nothing
 # in flight, no cap (delivery/queries/claim.py BUDGET). Rate limits and pauses still apply.
+# No rotation position (`after`): the ring starts at the lowest endpoint id, as a worker's
+# first claim does.
 UNBUDGETED = {"used_ids": [], "used_counts": [], "default_cap": 1 << 30,
-              "floor": -(1 << 63)}  # no claim floor: every partition (migrations/0018)
+              "floor": -(1 << 63),  # no claim floor: every partition (migrations/0018)
+              "after": None}
+
+
+def claimed_rows(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """A claim's result rows without the row an empty claim returns (the rotation's
+    position alone: its delivery_id, the first column, is NULL)."""
+    return [r for r in rows if r[0] is not None]

@@ -38,7 +38,7 @@ def test_a_missing_value_is_a_key_error() -> None:
 
 CLAIM_VALUES: dict[str, Any] = {
     "limit": 36, "lease": 300.0, "token": uuid.uuid4(), "used_ids": [uuid.uuid4()],
-    "used_counts": [3], "default_cap": 100, "floor": -(1 << 63)}
+    "used_counts": [3], "default_cap": 100, "floor": -(1 << 63), "after": str(uuid.uuid4())}
 COMPLETE_VALUES: dict[str, Any] = {
     "ids": [1], "tokens": [uuid.uuid4()], "states": ["delivered"], "delays": [0.0],
     "refunds": [0], "statuses": [200], "errors": [None], "outcomes": ["delivered"],
