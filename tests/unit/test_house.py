@@ -75,8 +75,8 @@ PUBLIC: dict[str, set[str]] = {
     },
     "outbox.admin.stats": {"DueSummary", "EndpointStats", "Snapshot", "TenantBacklog",
                            "by_endpoint", "due_summary", "snapshot", "top_tenants"},
-    "outbox.admin.partitions": {"DropProgress", "DropResult", "Partition", "advance",
-                                "drop_expired", "status"},
+    "outbox.admin.partitions": {"DropProgress", "DropResult", "EventPartition", "Partition",
+                                "advance", "drop_expired", "event_status", "status"},
     "outbox.admin.retention": {"PruneProgress", "PruneResult", "prune", "uuid7_floor"},
     "outbox.admin.portal": {
         "DEFAULT_BASE_URL", "InvalidToken", "LINK_MAX", "LINK_MIN", "MIN_SECRET_LENGTH",
