@@ -102,7 +102,12 @@ BEGIN
       INTO pre FROM pg_constraint c
      WHERE c.conrelid = 'events'::regclass AND c.conname = 'events_legacy_bound'
        AND c.convalidated;
-    IF pre IS NOT NULL AND (last_id IS NULL OR pre > last_id) THEN
+    IF last_id IS NOT NULL AND bound <= last_id THEN
+        -- an id that is no UUIDv7 of a real time (its first 48 bits near their end: the
+        -- bound wrapped around): the converted table takes every id, new ones included,
+        -- and is pruned row by row as before; no partition of events is ever made
+        bound := NULL;
+    ELSIF pre IS NOT NULL AND (last_id IS NULL OR pre > last_id) THEN
         bound := pre;
     ELSE
         ALTER TABLE events DROP CONSTRAINT IF EXISTS events_legacy_bound;
@@ -131,7 +136,8 @@ BEGIN
                                       regexp_replace(r.relname, '^events_legacy_', 'events_')));
     END LOOP;
     EXECUTE format('ALTER TABLE events ATTACH PARTITION events_legacy'
-                   ' FOR VALUES FROM (MINVALUE) TO (%L)', bound);
+                   ' FOR VALUES FROM (MINVALUE) TO (%s)',
+                   COALESCE(quote_literal(bound), 'MAXVALUE'));
     CREATE TABLE events_default PARTITION OF events DEFAULT;
     -- its indexes named after the parent's (events_default_by_type, ...), as the others
     FOR r IN SELECT c.relname AS child, pc.relname AS parent FROM pg_index x
@@ -144,7 +150,8 @@ BEGIN
         EXECUTE format('ALTER INDEX %I RENAME TO %I', r.child,
                        'events_default' || substr(r.parent, length('events') + 1));
     END LOOP;
-    INSERT INTO event_partitions (name, lo, hi) VALUES ('events_legacy', NULL, bound);
+    INSERT INTO event_partitions (name, lo, hi)
+    VALUES ('events_legacy', NULL, COALESCE(bound, 'ffffffff-ffff-ffff-ffff-ffffffffffff'));
     -- Whoever could use the old table can use the new parent; who inserted events (emit)
     -- inserts and reads keys, who deleted them (the worker's prune) deletes keys.
     FOR r IN SELECT a.privilege_type, a.grantee
@@ -181,7 +188,8 @@ DECLARE
     n text := format('events_p%s', floor(extract(epoch FROM uuid7_time(p_lo)) * 1000)::bigint);
     r record;
 BEGIN
-    IF EXISTS (SELECT FROM event_partitions WHERE name = n OR hi > p_lo AND lo < p_hi) THEN
+    IF EXISTS (SELECT FROM event_partitions
+                WHERE name = n OR hi > p_lo AND (lo IS NULL OR lo < p_hi)) THEN
         RETURN NULL;
     END IF;
     EXECUTE format('CREATE TABLE %I (LIKE events INCLUDING DEFAULTS INCLUDING CONSTRAINTS,'

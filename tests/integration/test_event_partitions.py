@@ -225,3 +225,23 @@ def test_upgrade_uses_a_bound_validated_beforehand(
     assert rows(blank_db_url, "SELECT lo, hi FROM outbox.event_partitions") == [(None, bound)]
     new = _emit(blank_db_url)
     assert _home(blank_db_url, new) == "events_legacy"  # below B
+
+
+def test_upgrade_with_ids_that_are_no_uuid7_keeps_one_table_for_every_event(
+        blank_db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An id whose first 48 bits are near their end (written by hand, not by emit): no bound
+    above it exists, so the converted table takes every id and is pruned row by row."""
+    before = [m for m in available() if m.version <= 24]
+    monkeypatch.setattr(migrate_module, "available",
+                        lambda inbox=False: available(inbox=True) if inbox else before)
+    with psycopg.connect(blank_db_url, autocommit=True) as c:
+        migrate(c, SCHEMA)
+        c.execute("INSERT INTO outbox.events (id, type, payload)"
+                  " VALUES ('ffffffff-ffff-4fff-bfff-ffffffffffff', 't', '{}')")
+    monkeypatch.undo()
+    with psycopg.connect(blank_db_url, autocommit=True) as c:
+        migrate(c, SCHEMA)
+        assert parts.advance(c, SCHEMA, WIDTH) >= 0  # makes no partition of events
+    assert rows(blank_db_url, "SELECT name FROM outbox.event_partitions") == [("events_legacy",)]
+    assert _home(blank_db_url, _emit(blank_db_url)) == "events_legacy"
+    assert _event_status(blank_db_url) == {"events_legacy": "within retention"}

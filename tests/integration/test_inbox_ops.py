@@ -18,13 +18,14 @@ from tests.support.pg import SCHEMA
 
 SENDER = {"endpoints", "events", "deliveries", "delivery_attempts", "schema_migrations",
           "captures", "endpoint_flow", "event_types", "event_catalog", "endpoint_repairs",
-          "web_sessions_revoked", "delivery_attempt_log", "delivery_partitions"}
+          "web_sessions_revoked", "delivery_attempt_log", "delivery_partitions",
+          "event_keys", "event_partitions"}
 INBOX = {"inbox", "inbox_migrations"}
 
 
 def _tables(url: str) -> set[str]:
-    # tables and views, not the partitions of deliveries and delivery_attempts (they come
-    # and go: migrations/0018)
+    # tables and views, not the partitions of deliveries, delivery_attempts and events
+    # (they come and go: migrations/0018, 0025)
     rows = execute(url, "SELECT c.relname FROM pg_class c JOIN pg_namespace n"
                         " ON n.oid = c.relnamespace WHERE n.nspname = %s"
                         " AND c.relkind IN ('r', 'p', 'v') AND NOT c.relispartition",

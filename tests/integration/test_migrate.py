@@ -18,8 +18,10 @@ def _tables(url: str, schema: str) -> set[str]:
     with psycopg.connect(url) as c:
         rows = c.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = %s"
-            # partitions of deliveries and delivery_attempts (migration 0018) come and go
-            " AND table_name !~ '^(deliveries|delivery_attempts)_(p[0-9]+|legacy)$'", (schema,)
+            # partitions of deliveries and delivery_attempts (migration 0018) and of events
+            # (0025) come and go
+            " AND table_name !~ '^(deliveries|delivery_attempts|events)_(p[0-9]+|legacy|default)$'",
+            (schema,)
         ).fetchall()
     return {r[0] for r in rows}
 
@@ -29,7 +31,8 @@ EXPECTED = {"endpoints", "events", "deliveries", "delivery_attempts", "schema_mi
             "delivery_attempt_log",  # a view (migration 0019)
             "event_types", "event_catalog", "endpoint_flow", "endpoint_repairs",
             "web_sessions_revoked",
-            "delivery_partitions"}  # the partitions' bounds and times (migration 0018)
+            "delivery_partitions",  # the partitions' bounds and times (migration 0018)
+            "event_keys", "event_partitions"}  # idempotency keys, events' partitions (0025)
 
 
 def test_second_run_is_a_no_op(blank_db_url: str) -> None:
