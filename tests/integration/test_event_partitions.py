@@ -126,13 +126,19 @@ def test_pruning_an_event_row_by_row_deletes_its_key(db_url: str) -> None:
     assert _emit(db_url, key="k-1") != keyed
 
 
-def test_upgrade_in_place_keeps_every_event_and_key(
-        blank_db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def _at_0024(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``url`` migrated as the release before 0025; ``available`` stays patched so, until
+    ``monkeypatch.undo()``, nothing newer is applied."""
     before = [m for m in available() if m.version <= 24]
     monkeypatch.setattr(migrate_module, "available",
                         lambda inbox=False: available(inbox=True) if inbox else before)
-    with psycopg.connect(blank_db_url, autocommit=True) as c:
+    with psycopg.connect(url, autocommit=True) as c:
         migrate(c, SCHEMA)
+
+
+def test_upgrade_in_place_keeps_every_event_and_key(
+        blank_db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    _at_0024(blank_db_url, monkeypatch)
     with Receiver() as rx:
         add_endpoint(blank_db_url, rx.url + "/h")
         with psycopg.connect(blank_db_url) as c:
@@ -207,11 +213,8 @@ def test_a_worker_makes_event_partitions_ahead_and_drops_them_behind(db_url: str
 def test_upgrade_uses_a_bound_validated_beforehand(
         blank_db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The migration's comment: a CHECK validated before the migration spares it the scan."""
-    before = [m for m in available() if m.version <= 24]
-    monkeypatch.setattr(migrate_module, "available",
-                        lambda inbox=False: available(inbox=True) if inbox else before)
+    _at_0024(blank_db_url, monkeypatch)
     with psycopg.connect(blank_db_url, autocommit=True) as c:
-        migrate(c, SCHEMA)
         c.execute("SELECT outbox.emit('plain', '{}')")
         (bound,) = c.execute(
             "SELECT (lpad(to_hex((extract(epoch FROM now() + interval '10 minutes') * 1000)"
@@ -231,11 +234,8 @@ def test_upgrade_with_ids_that_are_no_uuid7_keeps_one_table_for_every_event(
         blank_db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """An id whose first 48 bits are near their end (written by hand, not by emit): no bound
     above it exists, so the converted table takes every id and is pruned row by row."""
-    before = [m for m in available() if m.version <= 24]
-    monkeypatch.setattr(migrate_module, "available",
-                        lambda inbox=False: available(inbox=True) if inbox else before)
+    _at_0024(blank_db_url, monkeypatch)
     with psycopg.connect(blank_db_url, autocommit=True) as c:
-        migrate(c, SCHEMA)
         c.execute("INSERT INTO outbox.events (id, type, payload)"
                   " VALUES ('ffffffff-ffff-4fff-bfff-ffffffffffff', 't', '{}')")
     monkeypatch.undo()
