@@ -82,8 +82,8 @@ class PreparedEvent:
 
     ``idempotency_key`` is the stored key, scoped by tenant: the caller's key for a
     tenant-less event, else ``tenant + U+001F + key`` (neither part may hold a control
-    character, so the pair is unambiguous). The unique index on ``events.idempotency_key``
-    then dedupes per tenant with no schema change (migration 0004 adds no index on events).
+    character, so the pair is unambiguous). The primary key of ``event_keys`` (migration
+    0025; before it, a unique index on ``events.idempotency_key``) then dedupes per tenant.
     """
 
     id: uuid.UUID
