@@ -10,8 +10,10 @@ Guarantees:
 
 - :func:`advance` opens the next partition once the open one is ``width`` seconds old and
   keeps ``ahead`` empty partitions created past it; one caller at a time per schema (a
-  transaction-level advisory lock); it never blocks emits or claims (CREATE TABLE, then
-  ATTACH: SHARE UPDATE EXCLUSIVE on the parents). One short transaction.
+  transaction-level advisory lock); it never blocks claims (CREATE TABLE, then ATTACH:
+  SHARE UPDATE EXCLUSIVE on the parents), and emits only for the milliseconds of an
+  events partition's ATTACH (ACCESS EXCLUSIVE on events, waited for at most 200 ms). One
+  short transaction.
 - :func:`drop_expired` drops, one partition per transaction, every partition that holds
   no row that must survive: closed before the retention's cutoff, no pending, fresh or
   waiting delivery, no dead head holding its ordered key, no dead delivery younger than
@@ -25,6 +27,10 @@ Guarantees:
   ahead too, and :func:`drop_expired` drops every partition of events whose ids all
   precede the cutoff and to whose events no delivery refers, with their idempotency keys,
   one transaction each, under the same bounded lock wait (on events).
+- The transactions of :func:`advance` and :func:`drop_expired` commit with
+  ``synchronous_commit = local``: a synchronous standby that is missing cannot keep their
+  locks, and the emits queued behind them, until it returns. A catalog change lost with
+  the primary is redone by the next pass.
 - :func:`status` and :func:`event_status` read; they write nothing.
 """
 
@@ -169,12 +175,16 @@ def advance(conn: psycopg.Connection[Any], schema: str, width: dt.timedelta,
             ahead: int = 1) -> int:
     """Open the next partition if the open one is ``width`` old, and keep ``ahead``
     partitions created past it (see the module's guarantees). Returns how many it created.
-    Commits, unless ``conn`` is inside a transaction (then the caller's commit does)."""
+    Commits, unless ``conn`` is inside a transaction (then the caller's commit does, with
+    the caller's ``synchronous_commit``)."""
     if width < dt.timedelta(seconds=1):
         raise ValueError("the partition width must be at least 1 second")
     if ahead < 1:
         raise ValueError("ahead must be at least 1")
+    own = conn.info.transaction_status == TransactionStatus.IDLE
     with translated(), conn.transaction(), conn.cursor(row_factory=scalar_row) as cur:
+        if own:
+            cur.execute(queries.LOCAL_COMMIT)
         made = cur.execute(render(queries.PARTITIONS_ADVANCE, schema),
                            {"width": width.total_seconds(), "ahead": ahead}).fetchone()
     return int(made or 0)
@@ -202,6 +212,7 @@ def drop_expired(conn: psycopg.Connection[Any], schema: str, retention: dt.timed
         with translated():
             try:
                 with conn.transaction(), conn.cursor(row_factory=scalar_row) as cur:
+                    cur.execute(queries.LOCAL_COMMIT)
                     if cur.execute(sql, {**params, "k": part.k,
                                          "lock_timeout_ms": lock_timeout_ms}).fetchone():
                         dropped += 1
@@ -227,6 +238,7 @@ def _drop_events(conn: psycopg.Connection[Any], schema: str, retention: dt.timed
         with translated():
             try:
                 with conn.transaction(), conn.cursor(row_factory=scalar_row) as cur:
+                    cur.execute(queries.LOCAL_COMMIT)
                     if cur.execute(sql, {"cutoff": params["cutoff"], "name": part.name,
                                          "lock_timeout_ms": lock_timeout_ms}).fetchone():
                         dropped += 1

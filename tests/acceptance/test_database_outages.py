@@ -3,9 +3,11 @@ terminated under a running worker, a commit hung on a missing synchronous standb
 
 from __future__ import annotations
 
+import datetime as dt
 import signal
 import statistics
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -17,6 +19,7 @@ import psycopg
 import pytest
 
 import outbox
+from outbox.admin import partitions
 from outbox.admin.migrations import migrate
 from outbox.testing.postgres import TempCluster
 from outbox.testing.receiver import Behaviour, Receiver
@@ -183,3 +186,58 @@ def test_readyz_fails_while_commits_hang(own_cluster: TempCluster) -> None:
             wait_until(lambda: "database answering again" in log_of(proc), 5, "logged")
             log = stop(proc)
     assert log.count("database not answering") == 1
+
+
+@pytest.mark.parametrize("step", ["advance", "drop"])
+def test_partition_maintenance_never_holds_emits_behind_a_missing_standby(
+        own_cluster: TempCluster, step: str) -> None:
+    """The partition manager's catalog work takes ACCESS EXCLUSIVE on events (and on
+    deliveries to drop one); its commit does not wait for a synchronous standby, so a
+    missing standby cannot leave that lock held and every app's emit queued behind it (the
+    app, committing with synchronous_commit = local, keeps emitting)."""
+    url = own_cluster.url
+    with psycopg.connect(url, autocommit=True) as c:
+        migrate(c, SCHEMA)
+        add_endpoint(url, "http://127.0.0.1:9/hook")
+        if step == "drop":  # a closed, empty partition of each table, due for the drop
+            partitions.advance(c, SCHEMA, dt.timedelta(seconds=1))
+            time.sleep(2.5)
+            partitions.advance(c, SCHEMA, dt.timedelta(seconds=1))
+            time.sleep(1.5)
+        c.execute("ALTER SYSTEM SET synchronous_standby_names = 'ghost'")
+        c.execute("SELECT pg_reload_conf()")
+    result: list[object] = []
+
+    def maintain() -> None:
+        with psycopg.connect(url, autocommit=True) as c:
+            if step == "advance":
+                result.append(partitions.advance(c, SCHEMA, dt.timedelta(hours=1)))
+            else:
+                result.append(partitions.drop_expired(c, SCHEMA, dt.timedelta(seconds=1)))
+
+    worker = threading.Thread(target=maintain, daemon=True)
+    worker.start()
+    try:
+        worker.join(20)
+        emitted = threading.Event()
+
+        def app_emit() -> None:
+            with psycopg.connect(url) as c:
+                c.execute("SET synchronous_commit = local")
+                outbox.emit(c, outbox.Event("test.event", {"n": 1}))
+                c.commit()
+            emitted.set()
+
+        threading.Thread(target=app_emit, daemon=True).start()
+        assert emitted.wait(20), "the app's emit waited behind the partition manager"
+        assert not worker.is_alive(), "the maintenance commit waited for the standby"
+    finally:
+        with psycopg.connect(url, autocommit=True) as c:
+            c.execute("SET synchronous_commit = local")
+            c.execute("ALTER SYSTEM RESET synchronous_standby_names")
+            c.execute("SELECT pg_reload_conf()")
+        worker.join(30)
+    if step == "advance":
+        assert result and int(result[0]) >= 1  # type: ignore[call-overload]
+    else:
+        assert result and result[0].dropped >= 1 and result[0].events_dropped >= 1  # type: ignore[attr-defined]

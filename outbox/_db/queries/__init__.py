@@ -110,6 +110,7 @@ from outbox._db.queries.opevents import (
 from outbox._db.queries.partitions import (
     EVENT_PARTITION_DROP,
     EVENT_PARTITION_STATUS,
+    LOCAL_COMMIT,
     PARTITION_CUTOFFS,
     PARTITION_DROP,
     PARTITION_STATUS,
@@ -196,6 +197,7 @@ __all__ = [
     "INBOX_MIGRATION_RECORD",
     "INBOX_PRUNE_BATCH",
     "INBOX_RECORD",
+    "LOCAL_COMMIT",
     "MIGRATIONS_APPLIED",
     "MIGRATIONS_TABLE",
     "MIGRATION_LOCK",

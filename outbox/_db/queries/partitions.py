@@ -10,6 +10,12 @@ SELECT now() - make_interval(secs => %(retention)s) AS cutoff,
        CASE WHEN %(dead)s::float8 IS NOT NULL
             THEN now() - make_interval(secs => %(dead)s::float8) END AS dead_cutoff
 """
+# The partition manager's transactions hold ACCESS EXCLUSIVE on events (and deliveries) for
+# their catalog work until commit: their commit must not wait for a synchronous standby, or a
+# missing one keeps that lock, and every emit behind it, until it returns. Safe: a catalog
+# change lost with the primary is made (or dropped) again by the next pass, and any later
+# commit that waits for the standby carries it there first (WAL is one sequence).
+LOCAL_COMMIT = "SET LOCAL synchronous_commit = local"
 # Opens the next partition when the open one is %(width)s seconds old, keeps %(ahead)s
 # created past it; returns how many it created.
 PARTITIONS_ADVANCE = "SELECT {schema}.partitions_advance(%(width)s, %(ahead)s)"
