@@ -23,9 +23,11 @@ from httpx_aiohttp import AiohttpTransport
 
 from bench.common import emit_json
 from bench.deliver import _lanes
+from bench.leanhttp import LeanClient
 from bench.sink import Sink
 from outbox.delivery.outcome import Verdict
 from outbox.delivery.sender import make_transport, send
+from outbox.signing import generate_secret, webhook_headers
 
 BODY = b'{"type":"invoice.paid","data":{"id":"inv_000000000001","amount":4200,' + b'"x":"' + \
     b"y" * 120 + b'"}}'
@@ -79,6 +81,25 @@ async def _run_aiohttp(url: str, n: int, concurrency: int) -> tuple[float, float
         return await _lanes(lane, n, concurrency)
 
 
+async def _run_lean(url: str, n: int, concurrency: int, signed: bool) -> tuple[float, float]:
+    """bench.leanhttp's POST; ``signed``: with the worker's headers, signed per request."""
+    client = LeanClient(url)
+    secret = generate_secret()
+
+    async def lane(ids: Iterator[int]) -> None:
+        for i in ids:
+            headers = {"content-type": "application/json"}
+            if signed:
+                headers.update(webhook_headers([secret], f"lean_{i:08d}", BODY))
+            if await client.post(BODY, headers) != 200:
+                raise RuntimeError("POST failed")
+
+    try:
+        return await _lanes(lane, n, concurrency)
+    finally:
+        client.close()
+
+
 async def _run_transport(url: str, n: int, concurrency: int) -> tuple[float, float]:
     timeout = httpx.Timeout(15.0, connect=5.0)
     async with make_transport(max_connections=concurrency) as transport:
@@ -103,6 +124,9 @@ def measure(n: int, concurrency: int) -> dict[str, dict[str, float]]:
             u, n, concurrency),
         "the worker's, on uvloop": lambda u: _run_transport(u, n, concurrency),
         "aiohttp alone (no httpx API)": lambda u: _run_aiohttp(u, n, concurrency),
+        "asyncio Protocol + httptools (bench.leanhttp)": lambda u: _run_lean(
+            u, n, concurrency, signed=False),
+        "the same, signed per request": lambda u: _run_lean(u, n, concurrency, signed=True),
     }
     results: dict[str, dict[str, float]] = {}
     for name, run in options.items():
