@@ -120,7 +120,7 @@ def measure(n: int, concurrency: int) -> dict[str, dict[str, float]]:
             u, n, concurrency, [_httpx_client(1) for _ in range(concurrency)]),
         "httpx client + httpx-aiohttp transport": lambda u: _run_httpx(
             u, n, concurrency, [_client_over_transport(concurrency)]),
-        "the worker's sender (aiohttp behind send)": lambda u: _run_transport(
+        "the worker's sender (delivery.http1 behind send)": lambda u: _run_transport(
             u, n, concurrency),
         "the worker's, on uvloop": lambda u: _run_transport(u, n, concurrency),
         "aiohttp alone (no httpx API)": lambda u: _run_aiohttp(u, n, concurrency),

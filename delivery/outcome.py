@@ -39,6 +39,7 @@ import aiohttp
 import tenacity
 
 from outbox._security.ssrf import ResolutionFailed, blocked_reason
+from outbox.delivery import http1
 
 
 class Verdict(StrEnum):
@@ -182,21 +183,32 @@ def _caused_by_tls(exc: BaseException) -> bool:
     return False
 
 
+def _tls_below(exc: BaseException) -> bool:
+    """An ``ssl.SSLError`` caused ``exc`` (a connection refused by the TLS handshake)."""
+    cause = exc.__cause__
+    return isinstance(cause, ssl.SSLError)
+
+
 def _aiohttp_class(exc: BaseException) -> str | None:
-    """The class of an aiohttp error in ``exc``'s cause chain (the worker's transport)."""
+    """The class of an HTTP client error in ``exc``'s cause chain: the worker's transport
+    (:mod:`outbox.delivery.http1`), or aiohttp's (OAuth2 token requests)."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         if isinstance(current, aiohttp.ClientConnectorCertificateError | ssl.SSLError):
             return "tls"
-        if isinstance(current, aiohttp.ServerTimeoutError | aiohttp.SocketTimeoutError):
+        if isinstance(current, aiohttp.ServerTimeoutError | aiohttp.SocketTimeoutError
+                      | http1.ReadTimedOut | http1.ConnectTimedOut):
             return "timeout"
-        if isinstance(current, aiohttp.ClientConnectorError):
+        if isinstance(current, aiohttp.ClientConnectorError | http1.ConnectFailed) \
+                and not _tls_below(current):
             return "connect"
-        if isinstance(current, aiohttp.ClientResponseError | aiohttp.ClientPayloadError):
+        if isinstance(current, aiohttp.ClientResponseError | aiohttp.ClientPayloadError
+                      | http1.ResponseInvalid):
             return "protocol"
-        if isinstance(current, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError):
+        if isinstance(current, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError
+                      | http1.Disconnected):
             return "network"
         current = current.__cause__ or current.__context__
     return None

@@ -25,14 +25,14 @@ Guarantees of :func:`send`:
   than the cap, so a compression bomb costs one cap of memory. Other encodings (``br``,
   ``zstd``, a list) are kept as received.
 
-Where httpx still serves, and why: nowhere on this path. The request goes straight to
-aiohttp (a keep-alive ``ClientSession`` over a ``TCPConnector``): going through httpx,
-even calling an httpx-aiohttp transport directly without ``httpx.AsyncClient``, cost
-about a third of a worker's CPU per delivery in ``httpx.Request``/``Headers`` building
-and response wrapping (docs/performance.md). :func:`send` accepts an
-``httpx.Timeout`` as ``timeout`` (anything with ``connect`` and ``read``), and
-:func:`~outbox.delivery.outcome.classify_exception` still maps httpx's exception tree,
-for callers that send with httpx themselves; the worker does not.
+The HTTP client: :mod:`outbox.delivery.http1` (keep-alive HTTP/1.1 over asyncio, answers
+parsed by httptools): 29 us of CPU per request where aiohttp's ``ClientSession`` took 103
+us and httpx's client 330 or more (``python -m bench.clients``, docs/performance.md), the
+largest part of a worker's CPU per delivery. :func:`send` accepts an ``httpx.Timeout`` as
+``timeout`` (anything with ``connect`` and ``read``), and
+:func:`~outbox.delivery.outcome.classify_exception` still maps httpx's and aiohttp's
+exception trees, for callers that send with those themselves (aiohttp: OAuth2 token
+requests).
 """
 
 from __future__ import annotations
@@ -41,10 +41,8 @@ import asyncio
 import math
 import ssl
 import time
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -53,6 +51,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from outbox.admin._endpoint_auth import client_context
+from outbox.delivery.http1 import Pool
 from outbox.delivery.oauth2 import TokenCache
 from outbox.delivery.outcome import AttemptResult, classify_attempt
 from outbox.delivery.pinning import GuardedResolver
@@ -83,16 +82,6 @@ class PhaseTimeouts:
     read: float | None = None
 
 
-@lru_cache(maxsize=256)
-def _client_timeout(connect: float | None, read: float | None) -> aiohttp.ClientTimeout:
-    # total=None: send's own deadline bounds the exchange (and says so in the error)
-    return aiohttp.ClientTimeout(total=None, connect=None, sock_connect=connect, sock_read=read)
-
-
-class ContentDecodingError(ValueError):
-    """A compressed response body that does not inflate."""
-
-
 class _Exchange:
     __slots__ = ("body", "headers", "status")
 
@@ -100,32 +89,6 @@ class _Exchange:
         self.status: int | None = None
         self.headers: Mapping[str, str] = _NO_HEADERS
         self.body = bytearray()
-
-
-def _inflater(encoding: str | None) -> zlib._Decompress | None:
-    if encoding is None:
-        return None
-    name = encoding.strip().lower()
-    if name in ("gzip", "x-gzip", "deflate"):
-        return zlib.decompressobj(32 + zlib.MAX_WBITS)  # zlib or gzip header, detected
-    return None
-
-
-async def _read_capped(content: aiohttp.StreamReader, inflater: zlib._Decompress | None,
-                       into: bytearray, cap: int) -> None:
-    while len(into) < cap:
-        chunk = await content.readany()
-        if not chunk:
-            return
-        if inflater is None:
-            into += chunk[: cap - len(into)]
-            continue
-        try:
-            while chunk and len(into) < cap:
-                into += inflater.decompress(chunk, cap - len(into))
-                chunk = inflater.unconsumed_tail
-        except zlib.error as exc:
-            raise ContentDecodingError(f"cannot inflate the response body: {exc}") from None
 
 
 class Deadlines:
@@ -193,29 +156,28 @@ class Deadlines:
 
 
 class Transport:
-    """The worker's HTTP/1.1 keep-alive client for :func:`send`: an aiohttp session.
+    """The worker's HTTP/1.1 keep-alive client for :func:`send` (:attr:`http`, a
+    :class:`~outbox.delivery.http1.Pool`), and the aiohttp session of OAuth2 token
+    requests (:meth:`session`).
 
-    ``trust_env=False``: ``HTTP(S)_PROXY``, ``NO_PROXY`` and netrc are ignored, so no
-    environment setting can route a delivery around the SSRF guard, which is
-    ``resolver``: aiohttp connects to exactly the addresses it returns (no second DNS
-    lookup), and IP-literal hosts, which aiohttp never resolves, are checked before every
-    request (:meth:`GuardedResolver.check_literal`). Redirects are not followed, cookies
-    are neither kept nor sent (``DummyCookieJar``), and aiohttp does not decode content
-    encodings (:func:`send` does, under its cap). TLS uses aiohttp's default context (SNI
-    and certificate checks against the URL's host name), whose CA store is read when
-    aiohttp is imported: ``SSL_CERT_FILE`` names a bundle to trust instead (one with a
-    private CA, for internal receivers).
+    No proxy, netrc or other environment setting applies, so nothing can route a
+    delivery around the SSRF guard, which is ``resolver``: connections are made to exactly
+    the addresses it returns (no second DNS lookup), and IP-literal hosts are checked
+    before every request (:meth:`GuardedResolver.check_literal`). Redirects are not
+    followed, no cookie is kept or sent, and content encodings are decoded by the sender
+    under its cap. TLS uses :meth:`default_ssl` (SNI and certificate checks against the
+    URL's host name; the CA store is read once: ``SSL_CERT_FILE`` names a bundle to trust
+    instead, one with a private CA for internal receivers).
 
     An endpoint with a TLS client certificate gets its own ``SSLContext`` (the default
     checks, plus the certificate: :meth:`client_ssl`), one per distinct certificate and
-    key, passed per request: aiohttp pools connections per context, so a connection made
-    with one endpoint's certificate never serves another's request, and a rotated
-    certificate is used from the next claim on (at most :data:`CLIENT_CONTEXTS_MAX`
-    contexts are kept; the oldest is dropped first).
+    key: connections are pooled per context, so a connection made with one endpoint's
+    certificate never serves another's request, and a rotated certificate is used from
+    the next claim on (at most :data:`CLIENT_CONTEXTS_MAX` contexts are kept; the oldest
+    is dropped first).
 
-    The session is made on first use, inside the running loop; ``async with`` (or
-    :meth:`aclose`) closes it and its connections, and the broker connections of
-    :attr:`brokers` (the destinations whose URL is not http(s):
+    ``async with`` (or :meth:`aclose`) closes the connections, the session and the broker
+    connections of :attr:`brokers` (the destinations whose URL is not http(s):
     :mod:`outbox.delivery.transports`, guarded by the same resolver).
     """
 
@@ -226,6 +188,8 @@ class Transport:
         self._session: aiohttp.ClientSession | None = None
         self._urls: dict[str, URL] = {}
         self._client_contexts: dict[ClientCert, ssl.SSLContext] = {}
+        self._default_ssl: ssl.SSLContext | None = None
+        self.http = Pool(max_connections=max_connections, resolver=resolver)
         self.deadlines = Deadlines()
         self.brokers = Brokers(resolver)
         self.tokens = TokenCache()  # OAuth2 access tokens of this process (.oauth2)
@@ -270,20 +234,27 @@ class Transport:
                        client_cert: ClientCert | None = None) -> None:
         """One POST; the status, headers and at most ``body_cap`` decoded body bytes land
         in ``into`` as they arrive (so a caller's deadline keeps what was read)."""
-        session = self.session()
-        async with session.request(
-            "POST", self.target(url), data=body, headers=headers, allow_redirects=False,
-            timeout=_client_timeout(timeout.connect, timeout.read),
-            ssl=True if client_cert is None else self.client_ssl(client_cert),
-        ) as response:
-            into.status = response.status
-            into.headers = response.headers
-            if body_cap > 0:
-                inflater = _inflater(response.headers.get("content-encoding"))
-                await _read_capped(response.content, inflater, into.body, body_cap)
+        target = self.target(url)
+        if target.scheme == "https":
+            context = self.default_ssl() if client_cert is None else self.client_ssl(client_cert)
+        elif target.scheme == "http":
+            context = None
+        else:
+            raise ValueError(f"not an http(s) URL: {target.scheme}")
+        await self.http.post(target, body, headers, connect=timeout.connect,
+                             read=timeout.read, body_cap=body_cap, into=into,
+                             context=context)
+
+    def default_ssl(self) -> ssl.SSLContext:
+        """The context of every https request without a client certificate: the default
+        checks, the CA store of ``SSL_CERT_FILE`` or the system (read once)."""
+        if self._default_ssl is None:
+            self._default_ssl = ssl.create_default_context()
+        return self._default_ssl
 
     async def aclose(self) -> None:
         self.deadlines.close()
+        self.http.close()
         await self.brokers.aclose()
         if self._session is not None:
             await self._session.close()

@@ -143,7 +143,7 @@ def test_body_cut_by_the_receiver_keeps_the_status_verdict() -> None:
     result = asyncio.run(go())
     assert result.verdict is Verdict.DELIVERED
     assert result.response_excerpt == "xx"
-    assert result.error == "body not fully read: ClientPayloadError"
+    assert result.error == "body not fully read: Disconnected"
 
 
 def _closed_port() -> int:
