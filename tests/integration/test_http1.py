@@ -143,3 +143,19 @@ def test_idle_connection_closed_by_the_receiver_is_not_reused() -> None:
     results = asyncio.run(go())
     assert [r.verdict for r in results] == [Verdict.DELIVERED] * 3
     assert len(server.connections) == 3
+
+
+def test_runs_on_uvloop() -> None:
+    """uvloop's transports are not ``asyncio.Transport`` subclasses: the client must not
+    depend on it (an app may run the sender on uvloop)."""
+    import uvloop
+
+    server = Server(host="127.0.0.1", answer=reply(200))
+
+    async def go() -> list[AttemptResult]:
+        async with serving(server):
+            return await _posts(server.url(host="127.0.0.1"), 3)
+
+    results = uvloop.run(go())
+    assert [r.verdict for r in results] == [Verdict.DELIVERED] * 3
+    assert len(server.connections) == 1
