@@ -13,14 +13,23 @@ Guarantees of :meth:`Pool.post`:
 - One request, never retried, never redirected; the connection is returned to the pool
   only after a complete answer whose framing allows keep-alive (no ``Connection:
   close``, not read to EOF, nothing unread past the cap); any other end (an error, a
-  cancel, the body cap reached) closes it. A connection idle for
-  :data:`KEEPALIVE_SECONDS`, or closed by the receiver while idle, is never reused.
+  cancel, the body cap reached) closes it. Bytes past the answer (more than its
+  Content-Length announced, a second message) or while the connection is idle close it
+  too: they are never read as the next request's answer. A connection idle for
+  :data:`KEEPALIVE_SECONDS`, or closed by the receiver while idle, is never reused; idle
+  ones are swept every :data:`SWEEP_SECONDS` of use.
+- An answer's head (status line, headers, trailers, chunk framing) is bounded:
+  :data:`MAX_HEAD_BYTES` and :data:`MAX_HEADERS` lines, or :class:`ResponseInvalid`.
 - Connections are pooled per (scheme, host, port, TLS context): a connection made with
   one endpoint's client certificate never carries another's request. At most
   ``max_connections`` requests are in flight per pool; more wait for a free one.
 - Addresses come from ``resolver`` (the SSRF guard) when there is one: the connection is
-  made to exactly one of the addresses it returned, tried in order; TLS checks the
-  certificate against the URL's host name (SNI).
+  made to exactly one of the addresses it returned, tried in order (the next after a
+  failure or a connect timeout). An IP-literal host (also a numeric one such as
+  ``127.1``) is connected to as the address :meth:`GuardedResolver.check_literal` judged
+  (:func:`~outbox.delivery.pinning.literal_address`); any other host, however numeric it
+  looks, goes through the resolver. TLS checks the certificate against the URL's host
+  name (SNI).
 - ``connect`` bounds making one connection (TCP and TLS); ``read``, when set, each wait
   for response bytes; the caller bounds the whole (a cancel closes the connection).
 - Status and headers land in ``into`` when they arrive, the decoded body as it arrives
@@ -46,13 +55,18 @@ import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from outbox.delivery.pinning import GuardedResolver
+from outbox.delivery.pinning import GuardedResolver, literal_address
 
 _Key = tuple[str, str, int, "ssl.SSLContext | None"]
 KEEPALIVE_SECONDS = 30.0
 """An idle connection older than this is closed instead of reused."""
-SWEEP_EVERY = 1000
-"""Connections put back between two sweeps of the idle ones (:meth:`Pool._sweep`)."""
+SWEEP_SECONDS = 5.0
+"""Seconds between two sweeps of the idle connections (:meth:`Pool._sweep`)."""
+MAX_HEAD_BYTES = 65536
+"""Most bytes of an answer that are not body (status line, headers, trailers); more is
+refused as :class:`ResponseInvalid` (a receiver could otherwise fill memory with them)."""
+MAX_HEADERS = 256
+"""Most header lines in an answer."""
 
 
 class ConnectFailed(OSError):
@@ -96,7 +110,9 @@ def _inflater(encoding: str | None) -> Any:
 
 
 class _Connection(asyncio.Protocol):
-    """One connection; one exchange at a time (:meth:`exchange`)."""
+    """One connection; one exchange at a time (:meth:`exchange`). Bytes that arrive when
+    no exchange waits, a second message after the answer, a parser error or a head larger
+    than :data:`MAX_HEAD_BYTES` end its reuse: it is closed, never pooled."""
 
     def __init__(self) -> None:
         self.parser = httptools.HttpResponseParser(self)
@@ -108,8 +124,10 @@ class _Connection(asyncio.Protocol):
         self._cap = 0
         self._inflater: Any = None
         self._headers: list[tuple[str, str]] = []
-        self._informational = False
-        self._reusable = False
+        self._informational = self._complete = self._stray = self._reusable = False
+        self._unaccounted = 0  # bytes fed that were not body: heads, chunk framing, trailers
+        self._head_bytes = 0
+        self._chunks = 0
         self._read: float | None = None
         self._timer: asyncio.TimerHandle | None = None
 
@@ -121,14 +139,17 @@ class _Connection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         self._done = loop.create_future()
         self._into, self._cap, self._read = into, cap, read
-        self._inflater, self._headers, self._reusable = None, [], False
+        self._inflater, self._headers = None, []
+        self._complete = self._stray = self._reusable = False
+        self._unaccounted = self._chunks = self._head_bytes = 0
         self.transport.write(data)
         if read is not None:
             self._timer = loop.call_later(read, self._read_timeout)
         return self._done
 
     def reusable(self) -> bool:
-        return self._reusable and not self.closed
+        return self._reusable and not self._stray and not self.closed and \
+            self.transport is not None and not self.transport.is_closing()
 
     def close(self) -> None:
         self._cancel_timer()
@@ -145,6 +166,12 @@ class _Connection(asyncio.Protocol):
             else:
                 done.set_exception(exc)
 
+    def _fail(self, exc: BaseException) -> None:
+        """End the exchange with ``exc`` (if still open) and the connection with it."""
+        self._reusable = False
+        self._finish(exc)
+        self.close()
+
     def _cancel_timer(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
@@ -152,7 +179,7 @@ class _Connection(asyncio.Protocol):
 
     def _read_timeout(self) -> None:
         self._timer = None
-        self._finish(ReadTimedOut(f"no response bytes for {self._read:.1f}s"))
+        self._fail(ReadTimedOut(f"no response bytes for {self._read:.1f}s"))
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -160,48 +187,65 @@ class _Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
+        done = self._done
+        if done is None or done.done():  # nobody waits: stray bytes, or past the cap
+            self._fail(Disconnected("unexpected bytes"))
+            return
         if self._timer is not None:
             self._timer.cancel()
             assert self._read is not None
             self._timer = asyncio.get_running_loop().call_later(self._read,
                                                                 self._read_timeout)
+        self._unaccounted += len(data)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self._finish(ResponseInvalid("the receiver switched protocols"))
+            self._fail(ResponseInvalid("the receiver switched protocols"))
         except httptools.HttpParserError as exc:
-            self._finish(ResponseInvalid(f"invalid HTTP response: {exc}"))
+            self._fail(ResponseInvalid(f"invalid HTTP response: {exc}"))
+        if self._unaccounted > MAX_HEAD_BYTES + 64 * self._chunks or \
+                len(self._headers) > MAX_HEADERS:
+            self._fail(ResponseInvalid("the response head is too large"))
 
     def eof_received(self) -> bool:
+        self.closed = True
         return False  # close
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         into = self._into
-        if into is not None and into.status is not None and self._read_to_eof():
+        if exc is None and into is not None and into.status is not None and \
+                not self._complete and self._read_to_eof(into.headers):
             self._finish()  # a body delimited by the end of the connection: complete
         else:
             self._finish(Disconnected(f"server disconnected{f': {exc}' if exc else ''}"))
 
-    def _read_to_eof(self) -> bool:
-        return not self._headers_say("content-length") and \
-            not self._headers_say("transfer-encoding")
-
-    def _headers_say(self, name: str) -> bool:
-        into = self._into
-        return into is not None and name in into.headers
+    @staticmethod
+    def _read_to_eof(headers: Mapping[str, str]) -> bool:
+        return "content-length" not in headers and \
+            "chunked" not in headers.get("transfer-encoding", "").lower()
 
     # httptools callbacks
+    def on_message_begin(self) -> None:
+        if self._complete:  # a second message after the answer: never ours
+            self._stray = True
+
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name.decode("latin-1"), value.decode("latin-1")))
+        if not self._stray:
+            self._headers.append((name.decode("latin-1"), value.decode("latin-1")))
+            self._head_bytes += len(name) + len(value)
 
     def on_headers_complete(self) -> None:
+        into = self._into
+        if self._stray or into is None:
+            return
+        if self._head_bytes > MAX_HEAD_BYTES or len(self._headers) > MAX_HEADERS:
+            self._fail(ResponseInvalid("the response head is too large"))
+            return
         status = self.parser.get_status_code()
         if 100 <= status < 200:  # 100 Continue, 103 Early Hints: the answer follows
-            self._informational, self._headers = True, []
+            self._informational, self._headers, self._head_bytes = True, [], 0
             return
-        into = self._into
-        assert into is not None
         headers = CIMultiDictProxy(CIMultiDict(self._headers))
         into.status, into.headers = status, headers
         self._inflater = _inflater(headers.get("content-encoding"))
@@ -209,11 +253,12 @@ class _Connection(asyncio.Protocol):
             self._finish()  # nothing of the body is kept: the connection is not reused
 
     def on_body(self, chunk: bytes) -> None:
-        into = self._into
-        if self._informational or into is None or len(into.body) >= self._cap:
+        self._unaccounted -= len(chunk)
+        self._chunks += 1
+        into, done = self._into, self._done
+        if self._stray or self._informational or into is None or done is None or \
+                done.done() or len(into.body) >= self._cap:
             return
-        if self._done is None or self._done.done():
-            return  # ended already (a decoding error): the connection is being closed
         if self._inflater is None:
             into.body += chunk[:self._cap - len(into.body)]
         else:
@@ -228,12 +273,16 @@ class _Connection(asyncio.Protocol):
             self._finish()  # the cap: reading stops here, the rest is never read
 
     def on_message_complete(self) -> None:
+        if self._stray:
+            return
         if self._informational:
             self._informational = False
             return
+        self._complete = True
         done = self._done
-        self._reusable = done is not None and (not done.done() or done.exception() is None) \
-            and self.parser.should_keep_alive()
+        ok = done is not None and (not done.done() or (not done.cancelled()
+                                                       and done.exception() is None))
+        self._reusable = ok and self.parser.should_keep_alive()
         self._finish()
 
 
@@ -245,7 +294,7 @@ class Pool:
         self.resolver = resolver
         self._slots = asyncio.Semaphore(max_connections)
         self._idle: dict[_Key, list[_Connection]] = {}
-        self._checkins = 0
+        self._swept = time.monotonic()
 
     async def post(self, url: URL, body: bytes, headers: Mapping[str, str], *,
                    connect: float | None, read: float | None, body_cap: int, into: Into,
@@ -259,34 +308,40 @@ class Pool:
             try:
                 await conn.exchange(data, into, body_cap, read)
             finally:
+                now = time.monotonic()
                 if conn.reusable():
-                    conn.idle_since = time.monotonic()
+                    conn.idle_since = now
                     self._idle.setdefault(key, []).append(conn)
-                    self._checkins += 1
-                    if self._checkins % SWEEP_EVERY == 0:
-                        self._sweep()
                 else:
                     conn.close()
+                if now - self._swept >= SWEEP_SECONDS:
+                    self._swept = now
+                    self._sweep()
 
     def _checkout(self, key: _Key) -> _Connection | None:
         idle = self._idle.get(key)
         now = time.monotonic()
         while idle:
             conn = idle.pop()
-            if not conn.closed and now - conn.idle_since < KEEPALIVE_SECONDS:
+            if conn.reusable() and now - conn.idle_since < KEEPALIVE_SECONDS:
                 return conn
             conn.close()
         return None
 
     async def _connect(self, host: str, port: int, timeout: float | None,
                        context: ssl.SSLContext | None) -> _Connection:
-        addresses = [host]
-        if self.resolver is not None and not _is_literal(host):
+        literal = literal_address(host)  # the address Transport.target checked
+        if literal is not None:
+            addresses = [str(literal)]
+        elif self.resolver is not None:
             addresses = [r["host"] for r in await self.resolver.resolve(
                 host, port, socket.AF_UNSPEC)]
+        else:
+            addresses = [host]
         loop = asyncio.get_running_loop()
         failure: OSError | None = None
-        for address in addresses:
+        timed_out = False
+        for address in addresses:  # in the resolver's order; the next after a failure
             try:
                 async with asyncio.timeout(timeout):
                     _transport, conn = await loop.create_connection(
@@ -294,10 +349,11 @@ class Pool:
                         server_hostname=host if context else None)
                 return conn
             except TimeoutError:
-                raise ConnectTimedOut(f"no connection to {host}:{port} within {timeout}s"
-                                      ) from None
+                timed_out = True
             except OSError as exc:
                 failure = exc
+        if failure is None and timed_out:
+            raise ConnectTimedOut(f"no connection to {host}:{port} within {timeout}s")
         raise ConnectFailed(f"cannot connect to {host}:{port}: {failure}") from failure
 
     def _sweep(self) -> None:
@@ -320,10 +376,6 @@ class Pool:
             for conn in idle:
                 conn.close()
         self._idle.clear()
-
-
-def _is_literal(host: str) -> bool:
-    return ":" in host or host.replace(".", "").isdigit()
 
 
 def _request(url: URL, host: str, port: int, body: bytes,

@@ -89,11 +89,19 @@ class GuardedResolver(aiohttp.abc.AbstractResolver):
             raise BlockedAddress(refusal.host, refusal.address, refusal.reason)
 
     def _judge_literal(self, host: str) -> BlockedAddress | None:
-        ip = ip_literal(host) or _numeric_ipv4(host)
+        ip = literal_address(host)
         if ip is None:
             return None
         reason = check_address(ip, self._allow)
         return None if reason is None else BlockedAddress(host, ip, reason)
+
+
+def literal_address(host: str) -> IPAddress | None:
+    """The address an IP-literal ``host`` names (also a numeric one such as ``127.1``, as
+    ``inet_aton`` reads it), None for a name: the sender connects to exactly this address,
+    the one :meth:`GuardedResolver.check_literal` judged, and asks the resolver for any
+    other host."""
+    return ip_literal(host) or _numeric_ipv4(host)
 
 
 def _numeric_ipv4(host: str) -> IPAddress | None:

@@ -14,7 +14,7 @@ from outbox._security.ssrf import parse_networks
 from outbox.delivery.outcome import AttemptResult, Verdict
 from outbox.delivery.pinning import GuardedResolver
 from outbox.delivery.sender import PhaseTimeouts, make_transport, send
-from tests.support.guarded_http import Answer, Server, reply, serving
+from tests.support.guarded_http import Answer, Server, Stub, reply, serving
 
 TIMEOUT = PhaseTimeouts(connect=2.0)
 
@@ -159,3 +159,51 @@ def test_runs_on_uvloop() -> None:
     results = uvloop.run(go())
     assert [r.verdict for r in results] == [Verdict.DELIVERED] * 3
     assert len(server.connections) == 1
+
+
+def test_bytes_past_the_announced_length_end_the_connection() -> None:
+    """A receiver whose Content-Length is short of what it sends (counting characters, not
+    bytes): each answer is read as announced, and the connection is not reused, so the
+    next request never reads the leftovers as its answer."""
+    results, server = _run(_raw(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok\xc3\xa9"), 3)
+    assert [(r.verdict, r.response_excerpt, r.error) for r in results] == \
+        [(Verdict.DELIVERED, "ok", None)] * 3
+    assert len(server.connections) == 3
+
+
+def test_a_second_answer_in_the_same_bytes_is_never_taken() -> None:
+    answer = (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+              b"HTTP/1.1 500 Oops\r\nContent-Length: 2\r\n\r\nno")
+    results, server = _run(_raw(answer), 3)
+    assert [(r.status_code, r.response_excerpt) for r in results] == [(200, "ok")] * 3
+    assert len(server.connections) == 3
+
+
+@pytest.mark.parametrize("head", [
+    b"X-Big: " + b"a" * 200_000 + b"\r\n",  # one header larger than the limit
+    b"".join(b"X-%d: v\r\n" % i for i in range(300)),  # more header lines than allowed
+])
+def test_an_oversized_head_is_refused(head: bytes) -> None:
+    results, _ = _run(_raw(b"HTTP/1.1 200 OK\r\n" + head + b"Content-Length: 2\r\n\r\nok"), 1)
+    assert (results[0].verdict, results[0].error_class) == (Verdict.RETRY, "protocol")
+    assert "too large" in (results[0].error or "")
+
+
+def test_a_numeric_looking_name_goes_through_the_resolver() -> None:
+    """``127.0.0.1.`` is no IP literal (the trailing dot makes it a name): it is resolved
+    by the SSRF guard, whose answer (loopback) is refused, not handed to the socket layer
+    to resolve unchecked."""
+    server = Server(host="127.0.0.1", answer=reply(200))
+    stub = Stub()
+    stub.script("127.0.0.1.", ["127.0.0.1"])
+
+    async def go() -> AttemptResult:
+        async with serving(server), \
+                make_transport(resolver=GuardedResolver(resolver=stub)) as transport:
+            return await send(transport, f"http://127.0.0.1.:{server.port}/hook", b"{}", {},
+                              timeout=TIMEOUT, total_timeout=5.0)
+
+    result = asyncio.run(go())
+    assert (result.verdict, result.error_class) == (Verdict.DEAD, "ssrf")
+    assert [host for host, _ in stub.calls] == ["127.0.0.1."]
+    assert server.connections == []
