@@ -7,11 +7,18 @@ Sections (each on fresh scratch databases, worker processes ``python -m outbox w
 
 - ``hot``: one endpoint (``bench.sink``), ``--events`` backlog, two ``--drain`` workers at
   default settings vs the same with the per-endpoint cap lifted to the concurrency
-  (``OUTBOX_ENDPOINT_MAX_IN_FLIGHT``): deliveries/s (median of ``--rounds``), claims per
-  delivery and hand-backs (from the workers' exit counters).
+  (``OUTBOX_ENDPOINT_MAX_IN_FLIGHT``): deliveries/s (median of ``--rounds``; the clock runs
+  from the workers' start, interpreter start-up and imports included, to the database
+  showing all delivered), arrivals/s (the sink's first to last arrival), claims per
+  delivery, rows per claim and per completion flush, and hand-backs (from the workers'
+  exit counters).
 - ``peer_post``: pgqueuer draining the same number of jobs with a handler that signs and
-  POSTs each one to the same kind of sink (``bench.peer_post``); ``peer_noop``: its no-op
-  drain (``bench.peer``), the floor.
+  POSTs each one to the same kind of sink (``bench.peer_post``: its clock runs from
+  ``QueueManager.run``, imported and connected, to the last answer), and the same sink's
+  first-to-last arrival rate; ``peer_noop``: its no-op drain (``bench.peer``), the floor.
+  Compare like with like: arrivals/s with arrivals/s (the same sink, the same clock on
+  both sides), deliveries/s with ``median_rate`` (ours pays two interpreter start-ups,
+  about 0.6 s of a 2-3 s run, that the peer's clock leaves out).
 - ``limit50``: four workers; one endpoint limited to 50/s (``bench.limited`` receiver) and
   one unlimited (``bench.sink``) in the same run for ``--seconds``: the limited one's
   rate at the receiver and most requests in any one second; the unlimited one's rate vs
@@ -66,8 +73,13 @@ def hot(events: int, rounds: int, concurrency: int = 1000) -> Results:
         counters = [r["worker_counters"] for r in rs]
         out[name] = {
             "deliveries_per_s": statistics.median(r["deliveries_per_s"] for r in rs),
+            "arrivals_per_s": statistics.median(r["sink_span_per_s"] or 0.0 for r in rs),
             "claims_per_delivery": max(c.get("claimed", 0) / max(c.get("delivered", 1), 1)
                                        for c in counters),
+            "rows_per_claim": statistics.median(
+                c.get("claimed", 0) / max(c.get("claims", 1), 1) for c in counters),
+            "rows_per_flush": statistics.median(
+                c.get("claimed", 0) / max(c.get("flushes", 1), 1) for c in counters),
             "handbacks": sum(c.get("handbacks", 0) for c in counters),
             "worker_cpu_us_per_delivery": statistics.median(
                 r["worker_cpu_us_per_delivery"] for r in rs),
@@ -80,6 +92,7 @@ def peer_post(events: int, rounds: int) -> Results:
     from bench import peer_post as pp
     runs = [pp.one_run(events) for _ in range(rounds)]
     return {"jobs": events, "median_rate": statistics.median(r["rate"] for r in runs),
+            "median_arrivals_per_s": statistics.median(r["arrivals_per_s"] for r in runs),
             "runs": runs}
 
 

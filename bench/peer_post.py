@@ -81,5 +81,8 @@ def one_run(n: int) -> dict[str, Any]:
     with scratch_database() as url, Sink() as sink:
         uvloop.run(prepare(url, n))
         result = uvloop.run(drain(url, n, sink.url))
-    result["sink_requests"] = sink.report.requests
+    rep = sink.report
+    result["sink_requests"] = rep.requests
+    span = (rep.last_request_at or 0.0) - (rep.first_request_at or 0.0)
+    result["arrivals_per_s"] = round((n - 1) / span, 1) if span > 0 else 0.0
     return result

@@ -116,7 +116,7 @@ def run(events: int = 20_000, concurrency: int = 100, separate: int | None = Non
         repeat: int = 1) -> dict[str, Any]:
     """The section: ``--processes auto`` and ``separate`` processes (default: as many as
     ``auto`` runs), alternating."""
-    from outbox.delivery.supervisor import available_cpus
+    from outbox.delivery.cpus import available_cpus
 
     separate = separate or available_cpus()
     runs: dict[str, list[dict[str, Any]]] = {"auto": [], "separate": []}

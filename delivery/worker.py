@@ -7,10 +7,7 @@ Guarantees:
   at the end of their lease; any worker reclaims them after it. The receiver may then
   see a ``webhook-id`` twice; it never sees one never.
 - No transaction is held across HTTP: the claim commits first; results are recorded
-  later in one fenced statement per flush (see :mod:`outbox.delivery.queries`). While
-  requests are in flight, a flush of fewer than ``FLUSH_MAX // 10`` results waits
-  :data:`FLUSH_GATHER_SECONDS` for more first (fewer, larger completion transactions);
-  a stopping worker flushes at once.
+  later, in batches (:mod:`outbox.delivery.recorder`).
 - At most ``concurrency`` requests in flight per process; claims are sized to the free
   capacity, never larger. A process with fewer than a quarter of a claim's worth of free
   slots (``min(batch_size, concurrency) // 4``) waits up to :data:`GATHER_SECONDS` for more
@@ -47,6 +44,7 @@ from outbox.delivery.jobs import Completion, Job
 from outbox.delivery.metrics import Metrics
 from outbox.delivery.outcome import Verdict
 from outbox.delivery.policy import defer, park
+from outbox.delivery.recorder import Recorder
 from outbox.delivery.request import send_job
 from outbox.delivery.retention_task import partition_loop, prune_loop
 from outbox.delivery.sender import Transport
@@ -57,10 +55,8 @@ from outbox.delivery.wakeup import BUSY_POLL_SECONDS, Waker
 from outbox.errors import OutboxError
 
 log = logging.getLogger("outbox.worker")
-FLUSH_MAX = 500
 COALESCE_SECONDS = 0.002
 GATHER_SECONDS = 0.005  # longest wait of a nearly full process for more free slots
-FLUSH_GATHER_SECONDS = 0.002  # a small flush's wait for more results while busy
 
 
 class Worker:
@@ -85,14 +81,15 @@ class Worker:
         self._deferred_at = -1e9
         self._empty_due = 0  # claims in a row that found nothing while rows were due
         self._gather_until = 0.0  # end of the current wait for free slots (_gather)
-        self._done: list[Completion] = []
-        self._flushing = False  # a batch taken off _done is being written
-        self._have_done = asyncio.Event()
         self._wake = asyncio.Event()
         self.waker = (Waker(settings, self._wake.set, on_pooled=self._poll_instead)
                       if settings.wakeup == "notify" else None)
         self.stats = {"claimed": 0, "delivered": 0, "retry": 0, "dead": 0, "fenced": 0,
-                      "handbacks": 0}
+                      "handbacks": 0, "claims": 0, "flushes": 0}
+        self.recorder = Recorder(self.store, self.metrics, self.stats,
+                                 busy=lambda: bool(self._inflight),
+                                 stopped=self._stopped.is_set,
+                                 retry_scheduled=self._retry_scheduled)
 
     def _poll_instead(self) -> None:
         """No wake-ups through a pooler: poll as ``OUTBOX_WAKEUP=poll`` would."""
@@ -138,7 +135,7 @@ class Worker:
     async def run(self, *, drain: bool = False) -> None:
         """Deliver until ``stop()``; with ``drain``, also return once nothing is due."""
         await self.store.open()
-        flusher = asyncio.create_task(self._flush_loop(), name="outbox-flush")
+        flusher = asyncio.create_task(self.recorder.run(), name="outbox-flush")
         gauges = asyncio.create_task(self._backlog_loop(), name="outbox-backlog")
         watch = asyncio.create_task(self._stall_loop(), name="outbox-stall")
         pruner = partitioner = None
@@ -154,7 +151,7 @@ class Worker:
             await self._finish_inflight()
         finally:
             self._stopped.set()
-            self._have_done.set()
+            self.recorder.wake()
             gauges.cancel()
             watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -202,6 +199,7 @@ class Worker:
             claimed_at = time.time()  # admission time (throttle: once per congestion event)
             jobs = await self.store.claim(limit, *self.gate.claim_budgets())
             self.stats["claimed"] += len(jobs)
+            self.stats["claims"] += 1
             self.metrics.claimed_per_poll.observe(len(jobs))
             started = sum(self._start(job, claimed_at) for job in jobs)
             self.metrics.in_flight.set(len(self._inflight))
@@ -239,7 +237,7 @@ class Worker:
     async def _drained(self) -> bool:
         """Nothing in flight, nothing to record or being recorded (a completion may make the
         next delivery of an ordered key due), nothing handed back just now, nothing due."""
-        busy = self._inflight or self._done or self._flushing
+        busy = self._inflight or self.recorder.pending()
         if busy or time.monotonic() - self._deferred_at < 2.0:
             return False
         return not await self.store.any_due()
@@ -371,44 +369,11 @@ class Worker:
             log.warning("flow-control update failed: %s", task.exception())
 
     def _record(self, done: Completion) -> None:
-        self._done.append(done)
-        self._have_done.set()
+        self.recorder.record(done)
 
-    async def _flush_loop(self) -> None:
-        """Record completions in batches: one statement per flush, however many."""
-        while True:
-            await self._have_done.wait()
-            if len(self._done) < FLUSH_MAX // 10 and self._inflight \
-                    and not self._stopped.is_set():
-                await asyncio.sleep(FLUSH_GATHER_SECONDS)
-            self._have_done.clear()
-            while self._done:
-                batch, self._done = self._done[:FLUSH_MAX], self._done[FLUSH_MAX:]
-                self._flushing = True
-                try:
-                    applied = await self.store.complete(batch)
-                except Exception:
-                    if not self._stopped.is_set():
-                        raise
-                    log.exception("could not record %d results while stopping: they will be"
-                                  " delivered again after their lease", len(batch))
-                    continue
-                finally:
-                    self._flushing = False
-                self._count(batch, applied)
-                if self.waker and any(c.state == "pending" and c.delay < float("inf")
-                                      for c in batch):
-                    self._wake.set()  # re-read the next due time: a retry was just scheduled
-            if self._stopped.is_set() and not self._inflight:
-                return
-
-    def _count(self, batch: list[Completion], applied: int) -> None:
-        for c in batch:
-            key = {"delivered": "delivered", "dead": "dead"}.get(c.state, "retry")
-            if c.outcome not in ("parked", "deferred"):
-                self.stats[key] += 1
-        self.stats["fenced"] += len(batch) - applied
-        self.metrics.fenced(len(batch) - applied)
+    def _retry_scheduled(self) -> None:
+        if self.waker:
+            self._wake.set()  # re-read the next due time: a retry was just scheduled
 
     async def _finish_inflight(self) -> None:
         if not self._inflight:

@@ -81,19 +81,19 @@ def run_worker(overrides: Mapping[str, Any], *, drain: bool, log_format: str | N
     """Run the worker until SIGTERM/SIGINT (or drained); its counters.
 
     ``processes``: 1 runs it in this process; more (None: one per available CPU, see
-    :func:`outbox.delivery.supervisor.available_cpus`) runs that many worker processes
+    :func:`outbox.delivery.cpus.available_cpus`) runs that many worker processes
     under a supervisor (:mod:`outbox.delivery.supervisor`), whose counters are their sums.
     """
     # not imported here: the supervisor of --processes N does not need it (its children
     # start sooner), and a single worker imports it below
     _require_extra("the worker")
     _require("the worker", "outbox.delivery.supervisor")
-    from outbox.delivery import logs, supervised, supervisor
+    from outbox.delivery import cpus, logs, supervised, supervisor
 
     settings = worker_settings(overrides)
     fmt = log_format or settings.log_format
     logs.configure(fmt, log_level)
-    n = processes or supervisor.available_cpus()
+    n = processes or cpus.available_cpus()
     if n > 1:  # the supervisor does not import the worker: its children start sooner
         return supervisor.run(settings, n, overrides=overrides, drain=drain, log_format=fmt,
                               log_level=log_level)

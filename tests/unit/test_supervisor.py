@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from outbox.cli import cli, load_commands
+from outbox.delivery.cpus import _cgroup_cpus
 from outbox.delivery.supervisor import (
     GIVE_UP_AFTER,
     KILL_AFTER_GRACE,
@@ -21,7 +22,6 @@ from outbox.delivery.supervisor import (
     RESTART_MAX,
     STABLE_AFTER,
     Group,
-    _cgroup_cpus,
 )
 
 
@@ -43,11 +43,11 @@ def test_processes_from_the_environment_is_checked_too() -> None:
 
 def test_auto_counts_the_cpus_this_process_may_use() -> None:
     code = ("import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))});"
-            "from outbox.delivery.supervisor import available_cpus; print(available_cpus())")
+            "from outbox.delivery.cpus import available_cpus; print(available_cpus())")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=True)
     assert done.stdout.strip() == "1"
-    from outbox.delivery.supervisor import available_cpus
+    from outbox.delivery.cpus import available_cpus
 
     assert 1 <= available_cpus() <= len(os.sched_getaffinity(0))
 
