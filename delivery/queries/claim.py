@@ -25,10 +25,13 @@ from outbox._db import queries as core
 #    %(limit)s endpoints with due rows or greatest(4 * limit, 100) endpoints in all
 #    (endpoints holding only future rows, such as scheduled retries, are passed over at
 #    one descent each, and a busy worker's small claims still look past a crowd of them).
-#    picked: from each visited endpoint whose oldest row is due,
-#    its k oldest due rows (one descent each), k = limit / (due endpoints visited), so
+#    picked: from each visited endpoint whose oldest row is due and whose budget is not
+#    spent, its k oldest due rows (one descent each), k = limit / (such endpoints), so
 #    the ring never takes more than limit rows; never more than the endpoint's budget
 #    (BUDGET, below: this process's free slots there and the endpoint's send tokens).
+#    An endpoint with nothing left to spend (a rate limit's tokens taken, every slot of
+#    this process busy there) takes no share: a limited endpoint's backlog does not halve
+#    the claims of an unlimited one beside it.
 # 2. fill: the rest of the capacity from the global oldest-due FIFO (the partial index
 #    deliveries_due: its oldest 2 * limit due rows, read unlocked, then locked by primary
 #    key with SKIP LOCKED and re-checked), skipping the rows the ring took (SKIP LOCKED
@@ -212,8 +215,7 @@ WITH RECURSIVE ring (endpoint_id, oldest, n, due, wrapped, after) AS (
           LIMIT 1) nxt
      WHERE r.due < %(limit)s AND r.n < greatest(4 * %(limit)s, 100)),
 share AS MATERIALIZED (
-    SELECT %(limit)s / greatest(count(*) FILTER (WHERE oldest <= now()), 1) AS k,
-           COALESCE((array_agg(endpoint_id ORDER BY n DESC))[1], %(after)s::uuid) AS after
+    SELECT COALESCE((array_agg(endpoint_id ORDER BY n DESC))[1], %(after)s::uuid) AS after
       FROM ring),
 cand AS MATERIALIZED (
     SELECT id, endpoint_id, visible_at FROM {schema}.deliveries
@@ -221,6 +223,10 @@ cand AS MATERIALIZED (
      ORDER BY visible_at
      LIMIT 2 * %(limit)s),
 budget AS MATERIALIZED (""" + BUDGET + """),
+quota AS MATERIALIZED (
+    SELECT %(limit)s / greatest(count(*), 1) AS k
+      FROM ring r JOIN budget b ON b.endpoint_id = r.endpoint_id
+     WHERE r.oldest <= now() AND b.n > 0),
 picked AS MATERIALIZED (
     SELECT p.id, r.endpoint_id
       FROM ring r
@@ -230,7 +236,7 @@ picked AS MATERIALIZED (
            WHERE """ + _PENDING + """
              AND endpoint_id = r.endpoint_id AND visible_at <= now()
            ORDER BY visible_at
-           LIMIT least((SELECT k FROM share), b.n)
+           LIMIT least((SELECT k FROM quota), b.n)
              FOR UPDATE SKIP LOCKED) p
      WHERE r.oldest <= now() AND b.n > 0),
 fresh (id, endpoint_id, key, n) AS (

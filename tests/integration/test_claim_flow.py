@@ -135,3 +135,24 @@ def test_flow_gauges_list_only_flow_controlled_endpoints(db_url: str) -> None:
         got: dict[Any, Any] = dict(
             c.execute(render(queries.FLOW_GAUGES, SCHEMA).encode()).fetchall())
     assert got == {limited: 30.0, throttled: 12.0, paused: -1}
+
+
+def test_an_endpoint_with_nothing_to_spend_takes_no_share_of_the_claim(db_url: str) -> None:
+    """The ring splits a claim among the due endpoints that can take rows: a rate-limited
+    endpoint whose tokens are spent, or one whose slots here are all busy, leaves its share
+    to the others (its older backlog also fills the FIFO's candidates, so the others get
+    the whole claim only through the ring)."""
+    limited = add_endpoint(db_url, "http://127.0.0.1:9/limited", rate_limit=10)
+    free = add_endpoint(db_url, "http://127.0.0.1:9/free")
+    with psycopg.connect(db_url, autocommit=True) as c:
+        _due(c, limited, 200)
+        c.execute("UPDATE outbox.deliveries SET visible_at = now() - interval '1 minute'")
+        _due(c, free, 200)
+        c.execute("UPDATE outbox.endpoint_flow SET tokens = 0, refilled_at = now()")
+        assert _claim(c, 40) == {free: 40}
+        busy = add_endpoint(db_url, "http://127.0.0.1:9/busy")
+        _due(c, busy, 200)
+        c.execute("UPDATE outbox.deliveries SET visible_at = now() - interval '2 minutes'"
+                  " WHERE endpoint_id = %s", (busy,))
+        assert _claim(c, 40, default_cap=100, used_ids=[busy], used_counts=[100]) \
+            == {free: 40}
