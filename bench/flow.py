@@ -178,6 +178,9 @@ def gateway(events: int = 6000, seconds: float = 40.0) -> Results:
             "after_10s_429_share": sum(h.status == 429 for h in hits) / max(len(hits), 1),
             "after_10s_delivered_per_s": len(ok) / (seconds - 10),
             "first_10s_429s": sum(h.status == 429 for h in rx.hits if h.at < start + 10),
+            "per_second": [[sum(h.status == 200 for h in rx.hits if t <= h.at - start < t + 1),
+                            sum(h.status == 429 for h in rx.hits if t <= h.at - start < t + 1)]
+                           for t in range(int(seconds))],
             "worker_counters": counters}
 
 
