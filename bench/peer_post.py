@@ -84,5 +84,5 @@ def one_run(n: int) -> dict[str, Any]:
     rep = sink.report
     result["sink_requests"] = rep.requests
     span = (rep.last_request_at or 0.0) - (rep.first_request_at or 0.0)
-    result["arrivals_per_s"] = round((n - 1) / span, 1) if span > 0 else 0.0
+    result["arrivals_per_s"] = round((n - 1) / span, 1) if span > 0 else None
     return result

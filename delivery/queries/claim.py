@@ -25,13 +25,14 @@ from outbox._db import queries as core
 #    %(limit)s endpoints with due rows or greatest(4 * limit, 100) endpoints in all
 #    (endpoints holding only future rows, such as scheduled retries, are passed over at
 #    one descent each, and a busy worker's small claims still look past a crowd of them).
-#    picked: from each visited endpoint whose oldest row is due and whose budget is not
-#    spent, its k oldest due rows (one descent each), k = limit / (such endpoints), so
-#    the ring never takes more than limit rows; never more than the endpoint's budget
-#    (BUDGET, below: this process's free slots there and the endpoint's send tokens).
-#    An endpoint with nothing left to spend (a rate limit's tokens taken, every slot of
-#    this process busy there) takes no share: a limited endpoint's backlog does not halve
-#    the claims of an unlimited one beside it.
+#    picked: from each visited endpoint whose oldest row is due, its oldest due rows (one
+#    descent each), at most its budget (BUDGET, below: this process's free slots there
+#    and the endpoint's send tokens) and at most an even share k of the claim, where k
+#    is filled like water (`quota`): an endpoint whose budget is under the share takes
+#    its budget, and what it leaves is split among the others; one with nothing to spend
+#    (a rate limit's tokens taken, every slot of this process busy there) takes nothing.
+#    So the ring never takes more than limit rows, and a limited endpoint's backlog does
+#    not halve the claims of an unlimited one beside it.
 # 2. fill: the rest of the capacity from the global oldest-due FIFO (the partial index
 #    deliveries_due: its oldest 2 * limit due rows, read unlocked, then locked by primary
 #    key with SKIP LOCKED and re-checked), skipping the rows the ring took (SKIP LOCKED
@@ -224,9 +225,18 @@ cand AS MATERIALIZED (
      LIMIT 2 * %(limit)s),
 budget AS MATERIALIZED (""" + BUDGET + """),
 quota AS MATERIALIZED (
-    SELECT %(limit)s / greatest(count(*), 1) AS k
-      FROM ring r JOIN budget b ON b.endpoint_id = r.endpoint_id
-     WHERE r.oldest <= now() AND b.n > 0),
+    -- budgets ascending: the first budget over its even share of what the smaller ones
+    -- left sets the level k (those before it take their whole budgets, each at most k);
+    -- none is over: every budget fits (k = limit). At most limit rows in all.
+    SELECT COALESCE((array_agg(w.share ORDER BY w.rn)
+                         FILTER (WHERE w.n > w.share))[1], %(limit)s) AS k
+      FROM (SELECT b.n, row_number() OVER (ORDER BY b.n, b.endpoint_id) AS rn,
+                   (%(limit)s - COALESCE(sum(b.n) OVER (ORDER BY b.n, b.endpoint_id
+                                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0))
+                   / (count(*) OVER () - row_number() OVER (ORDER BY b.n, b.endpoint_id)
+                      + 1) AS share
+              FROM ring r JOIN budget b ON b.endpoint_id = r.endpoint_id
+             WHERE r.oldest <= now() AND b.n > 0) w),
 picked AS MATERIALIZED (
     SELECT p.id, r.endpoint_id
       FROM ring r

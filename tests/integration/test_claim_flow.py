@@ -137,22 +137,31 @@ def test_flow_gauges_list_only_flow_controlled_endpoints(db_url: str) -> None:
     assert got == {limited: 30.0, throttled: 12.0, paused: -1}
 
 
-def test_an_endpoint_with_nothing_to_spend_takes_no_share_of_the_claim(db_url: str) -> None:
-    """The ring splits a claim among the due endpoints that can take rows: a rate-limited
-    endpoint whose tokens are spent, or one whose slots here are all busy, leaves its share
-    to the others (its older backlog also fills the FIFO's candidates, so the others get
-    the whole claim only through the ring)."""
+def test_the_claim_is_shared_by_what_each_endpoint_can_spend(db_url: str) -> None:
+    """The ring splits a claim among the due endpoints like water: a rate-limited endpoint
+    with 3 tokens takes 3 and leaves the rest of its share to the others; one with none
+    left, or whose slots here are all busy, takes nothing (its older backlog also fills
+    the FIFO's candidates, so the others get the whole claim only through the ring)."""
     limited = add_endpoint(db_url, "http://127.0.0.1:9/limited", rate_limit=10)
     free = add_endpoint(db_url, "http://127.0.0.1:9/free")
+    busy = add_endpoint(db_url, "http://127.0.0.1:9/busy")
+
+    def tokens(c: psycopg.Connection[Any], n: int) -> None:  # no refill while the test runs
+        c.execute("UPDATE outbox.endpoint_flow SET tokens = %s,"
+                  " refilled_at = now() + interval '1 hour'", (n,))
+
     with psycopg.connect(db_url, autocommit=True) as c:
         _due(c, limited, 200)
+        _due(c, busy, 200)
         c.execute("UPDATE outbox.deliveries SET visible_at = now() - interval '1 minute'")
         _due(c, free, 200)
-        c.execute("UPDATE outbox.endpoint_flow SET tokens = 0, refilled_at = now()")
-        assert _claim(c, 40) == {free: 40}
-        busy = add_endpoint(db_url, "http://127.0.0.1:9/busy")
-        _due(c, busy, 200)
-        c.execute("UPDATE outbox.deliveries SET visible_at = now() - interval '2 minutes'"
-                  " WHERE endpoint_id = %s", (busy,))
+        tokens(c, 0)
         assert _claim(c, 40, default_cap=100, used_ids=[busy], used_counts=[100]) \
             == {free: 40}
+        tokens(c, 3)
+        assert _claim(c, 40, default_cap=100, used_ids=[busy], used_counts=[100]) \
+            == {free: 37, limited: 3}
+        tokens(c, 3)  # three endpoints: the ring 3 + 18 + 18 (the level: 37 // 2), the fill 1
+        got = _claim(c, 40)
+        assert got[limited] == 3 and min(got[busy], got[free]) >= 18
+        assert sum(got.values()) == 40
