@@ -36,6 +36,10 @@ RETRY_MAX = 1.0  # seconds: the longest wait between two tries during an outage
 # first read, the lowest bigint (every partition).
 FLOOR_EVERY = 1.0
 NO_FLOOR = -(1 << 63)
+# The claim runs on a generic plan while deliveries and events have at most this many
+# partitions in all, on prepared statements only (queries.GENERIC_PLAN says why and what it
+# costs; with OUTBOX_PREPARE_THRESHOLD=none each claim would be planned generic, anew).
+GENERIC_PLAN_MAX_PARTITIONS = 64
 
 # Errors a statement raises because of the values of some rows (SQLSTATE classes 22 and
 # 23: out-of-range numbers or times, invalid text, constraint violations), as opposed to
@@ -94,6 +98,7 @@ class Store:
         # the claim's floor (queries.CLAIM, CLAIM_FLOOR) and when it was last read
         self._claim_floor = NO_FLOOR
         self._floor_read_at = -FLOOR_EVERY
+        self._generic_claim = False  # until the first read of the partitions
         self.on_poison: Callable[[Completion], None] = lambda c: None
         self._backlog_sql = render(queries.BACKLOG, settings.schema_name)
         self._push_sql = render(queries.PUSH_ENDPOINT, settings.schema_name)
@@ -191,9 +196,12 @@ class Store:
             "default_cap": self.settings.default_endpoint_cap, "floor": self._claim_floor,
             "after": self._claim_after})
         read_floor = time.monotonic() - self._floor_read_at >= FLOOR_EVERY
+        generic = self._generic_claim
 
         async def op(fresh: bool) -> tuple[list[Job], list[Unloaded]]:
             async with self.connections.transaction(fresh=fresh) as conn:
+                if generic:
+                    await conn.execute(queries.GENERIC_PLAN)
                 cur = psycopg.AsyncRawCursor(conn, row_factory=self._job_row)
                 await cur.execute(self._claim_sql.text, params)
                 floor = await conn.execute(self._floor_sql) if read_floor else None
@@ -207,6 +215,9 @@ class Store:
             if floor is not None:  # for the next claims
                 got = await floor.fetchone()
                 self._claim_floor = int(got[0]) if got and got[0] is not None else NO_FLOOR
+                self._generic_claim = (self.settings.prepare_threshold is not None
+                                       and got is not None
+                                       and got[1] <= GENERIC_PLAN_MAX_PARTITIONS)
                 self._floor_read_at = time.monotonic()
             return jobs, unloaded
 

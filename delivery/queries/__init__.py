@@ -11,6 +11,7 @@ from outbox.delivery.queries.claim import (
     CLAIM,
     CLAIM_FLOOR,
     CLAIM_POSITION,
+    GENERIC_PLAN,
 )
 from outbox.delivery.queries.complete import (
     COMPLETE,
@@ -73,6 +74,7 @@ __all__ = [
     "DEMO_PENDING",
     "DEMO_SUMMARY",
     "FLOW_GAUGES",
+    "GENERIC_PLAN",
     "NEXT_DUE",
     "OPERATIONAL",
     "PRUNE_TRY_LOCK",

@@ -86,6 +86,32 @@ def test_claim_plan_uses_the_partial_indexes(db_url: str) -> None:
     assert {r[7] for r in claimed} == {due_endpoint}
 
 
+def test_the_generic_claim_plan_uses_the_partial_indexes_too(db_url: str) -> None:
+    """The worker claims on a generic plan (queries.GENERIC_PLAN: made without the
+    parameters' values): on the crowded queue it reads the same partial indexes, scans no
+    table, and takes the 10 due rows."""
+    from outbox.delivery.raw import RawStatement
+
+    statement = RawStatement(render(queries.CLAIM, SCHEMA))
+    params = {"limit": 10, "lease": 30.0, "token": uuid.uuid4(), **UNBUDGETED}
+    with psycopg.connect(db_url, autocommit=True) as c:
+        due_endpoint = _crowded_queue(c)
+        c.execute(f"PREPARE claim AS {statement.text}".encode())
+        c.execute("SET plan_cache_mode = force_generic_plan")
+        values = ", ".join(psycopg.sql.Literal(v).as_string(c)
+                           for v in statement.params(params))
+        with c.transaction(force_rollback=True):
+            rows = c.execute(f"EXPLAIN EXECUTE claim({values})".encode()).fetchall()
+            claimed = c.execute(f"EXECUTE claim({values})".encode()).fetchall()
+    plan = "\n".join(r[0] for r in rows)
+    part = r"deliveries_(p\d+|legacy)"
+    assert re.search(f"Index Scan using {part}_pending_by_endpoint on {part}", plan), plan
+    assert re.search(f"Index Scan using {part}_due on {part}", plan), plan
+    assert "$" in plan  # a generic plan: parameters, not values
+    assert not SCANS.findall(plan), plan
+    assert len(claimed) == 10 and {r[7] for r in claimed} == {due_endpoint}
+
+
 def test_plan_check_fails_on_a_plan_that_scans(db_url: str) -> None:
     """The assertion above is not vacuous: with index scans disabled, it sees the scans."""
     with psycopg.connect(db_url, autocommit=True) as c:
