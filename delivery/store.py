@@ -200,10 +200,10 @@ class Store:
 
         async def op(fresh: bool) -> tuple[list[Job], list[Unloaded]]:
             async with self.connections.transaction(fresh=fresh) as conn:
-                if generic:
-                    await conn.execute(queries.GENERIC_PLAN)
+                if generic:  # prepared at once: an unnamed statement's generic plan is
+                    await conn.execute(queries.GENERIC_PLAN)  # made anew each time
                 cur = psycopg.AsyncRawCursor(conn, row_factory=self._job_row)
-                await cur.execute(self._claim_sql.text, params)
+                await cur.execute(self._claim_sql.text, params, prepare=generic or None)
                 floor = await conn.execute(self._floor_sql) if read_floor else None
             after, empty = claimed_position(cur.pgresult)
             unloaded: list[Unloaded] = []

@@ -221,4 +221,8 @@ def test_the_functions_resolve_names_in_their_schema_only(db_url: str) -> None:
     assert [name for name, _ in got] == ["ordered_advance", "ordered_check_isolation",
                                          "ordered_next", "ordered_place",
                                          "ordered_promote_if_headless"]
-    assert {tuple(config) for _, config in got} == {(f"search_path={SCHEMA}, pg_catalog",)}
+    configs = {name: set(config) for name, config in got}
+    assert all(f"search_path={SCHEMA}, pg_catalog" in c for c in configs.values())
+    # and the claim's placement chooses its own plans (migrations/0026)
+    assert configs["ordered_place"] == {f"search_path={SCHEMA}, pg_catalog",
+                                        "plan_cache_mode=auto"}
