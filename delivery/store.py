@@ -317,10 +317,11 @@ class Store:
                        admitted_at: float) -> int:
         """Cut the endpoint's allowed rate for every worker and pause it ``pause`` seconds
         (:data:`outbox.delivery.queries.THROTTLE`); 1 if its state changed."""
-        from outbox.delivery.throttle import DECREASE, INCREASE
+        from outbox.delivery.throttle import DECREASE, INCREASE, SLOW_START
 
         params = {"endpoint": endpoint_id, "observed": observed, "pause": pause,
-                  "admitted_at": admitted_at, "decrease": DECREASE, "increase": INCREASE}
+                  "admitted_at": admitted_at, "decrease": DECREASE, "increase": INCREASE,
+                  "slow_start": SLOW_START}
 
         async def op(fresh: bool) -> int:
             async with self.connections.transaction(fresh=fresh) as conn:

@@ -22,13 +22,21 @@ event then costs the whole endpoint that pause, so fewer, longer probes deliver 
 10 s: 10% gave 59.9-73.2, median 69.8, in six runs; 7% gave 74.4-76.0 in four, with the
 same ~0.2% of 429s); a cut then takes ~6 s to grow back instead of ~4 s. A
 fixed ``rate_limit`` is the ceiling. 60 s without a signal and the adaptive rate no longer
-applies (the endpoint is unthrottled). The first cut starts from the rate this process
-saw answered in its last second, but never below ``SENT_FLOOR`` (a quarter) of the
-requests it started in that time: a burst's answers come back in any order, and counting
-answers alone, a 429 seen after a few successes once cut the rate to 1/s; starting from
-every request sent, a burst of 500 to a receiver taking 40 needed seven cuts (seven
-seconds of mostly 429s). The others' share is unknown here: at worst low, and growing
-back.
+applies (the endpoint is unthrottled).
+
+The first cut (no fixed limit, no adaptive rate in force) starts from the rate this
+process saw answered in its last second, but never below ``SENT_FLOOR`` (a quarter) of
+the requests it started in that time: a burst's answers come back in any order, and
+counting answers alone, a 429 seen after a few successes once cut the rate to 1/s;
+starting from every request sent, a burst of 500 to a receiver taking 40 needed seven cuts
+(seven seconds of mostly 429s). That is one process's share of the endpoint's traffic,
+and the others' is unknown here, so the first cut is often too deep (with two workers
+against a receiver taking 100/s: 20-78/s, depending on when the first 429 came back).
+After it the rate grows by ``SLOW_START`` (1.5x) a second, as TCP's slow start, until the
+next cut, which is made from a rate in force and restarts the linear growth: a first cut
+at 20/s is back near 100/s in four seconds, where 7% a second took 40 (``bench.flow
+--only gateway``; migrations/0027_flow_slow_start.sql). 1.5x, not TCP's doubling: the
+second that overshoots sends at most 1.5x what the receiver took.
 
 Which answers count: a 429 always; 503s and timeouts once they are at least half of
 this process's answers from the endpoint over about two seconds (:func:`is_throttle`).
@@ -47,6 +55,7 @@ from outbox.delivery.outcome import AttemptResult
 
 DECREASE = 0.7
 INCREASE = 0.07
+SLOW_START = 1.5  # growth per second after a first cut, until the next
 SIGNAL_SECONDS = 0.5
 PUSH_PAUSE_SECONDS = 5.0  # pauses this long also push the rows (idle workers then sleep)
 THROTTLE_STATUSES = frozenset({429, 503})

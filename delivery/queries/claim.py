@@ -155,10 +155,7 @@ BUDGET = """
      CROSS JOIN LATERAL (
           SELECT c0.controlled, fl.endpoint_id IS NOT NULL AS metered) s
      CROSS JOIN LATERAL (
-          SELECT CASE WHEN fl.decreased_at > now() - interval '60 seconds'
-                      THEN fl.adaptive_rate + COALESCE(fl.increase_per_second, 0)
-                           * EXTRACT(EPOCH FROM now() - fl.decreased_at)::float8
-                 END AS adaptive) a
+          SELECT """ + core.adaptive_rate("fl") + """ AS adaptive) a
      CROSS JOIN LATERAL (
           SELECT least(ep.fixed, a.adaptive) AS rate,
                  greatest(1, CASE WHEN a.adaptive IS NULL THEN COALESCE(ep.rate_burst, ep.fixed)

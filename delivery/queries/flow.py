@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from outbox._db import queries as core
+
 # Circuit breaker opened: push the endpoint's pending rows past the cooldown so that no
 # worker claims them meanwhile (a leased row keeps its token: its completion still applies).
 PUSH_ENDPOINT = """
@@ -15,7 +17,9 @@ UPDATE {schema}.deliveries
 # Adaptive throttling (outbox.delivery.throttle): the endpoint answered 429 or 503, or
 # timed out. Cuts its allowed rate to DECREASE x the rate in force (the adaptive one while
 # it applies, else the fixed limit, else %(observed)s, what this process sent in its last
-# second), and restarts the linear growth -- once per congestion event, whoever reports
+# second), and restarts its growth (outbox._db.queries.adaptive_rate: linear after a cut
+# from a rate in force; %(slow_start)s times a second after one from %(observed)s, one
+# process's share, until the next cut) -- once per congestion event, whoever reports
 # it: only for an answer to a request admitted (claimed by a claim that began at
 # %(admitted_at)s, epoch seconds) after the last cut, as TCP cuts once per window (the
 # answers to requests claimed under the old rate say nothing about the new one), and at
@@ -30,6 +34,8 @@ UPDATE {schema}.endpoint_flow f
    SET adaptive_rate = CASE WHEN c.cut THEN c.rate ELSE f.adaptive_rate END,
        increase_per_second = CASE WHEN c.cut THEN greatest(%(increase)s * c.rate, 1.0)
                                   ELSE f.increase_per_second END,
+       growth = CASE WHEN NOT c.cut THEN f.growth WHEN c.known THEN NULL
+                     ELSE %(slow_start)s END,
        decreased_at = CASE WHEN c.cut THEN now() ELSE f.decreased_at END,
        tokens = CASE WHEN %(pause)s > 0 THEN 0
                      ELSE least(f.tokens, greatest(1, 0.1 * c.rate)) END,
@@ -42,14 +48,13 @@ UPDATE {schema}.endpoint_flow f
        throttled_total = f.throttled_total + 1
   FROM (SELECT COALESCE(f0.decreased_at <= now() - interval '1 second'
                         AND f0.decreased_at < to_timestamp(%(admitted_at)s), true) AS cut,
-               greatest(1.0, %(decrease)s * COALESCE(
-                   least(least(e.rate_limit, e.tenant_rate_limit),
-                         CASE WHEN f0.decreased_at > now() - interval '60 seconds'
-                              THEN f0.adaptive_rate + COALESCE(f0.increase_per_second, 0)
-                                   * EXTRACT(EPOCH FROM now() - f0.decreased_at)::float8 END),
-                   %(observed)s::float8)) AS rate
+               k.rate IS NOT NULL AS known,
+               greatest(1.0, %(decrease)s * COALESCE(k.rate, %(observed)s::float8)) AS rate
           FROM {schema}.endpoint_flow f0
           JOIN {schema}.endpoints e ON e.id = f0.endpoint_id
+         CROSS JOIN LATERAL (
+              SELECT least(least(e.rate_limit, e.tenant_rate_limit),
+                           """ + core.adaptive_rate("f0") + """) AS rate) k
          WHERE f0.endpoint_id = %(endpoint)s) c
  WHERE f.endpoint_id = %(endpoint)s AND (c.cut OR %(pause)s > 0)
 """
@@ -63,10 +68,7 @@ SELECT endpoint_id, rate FROM (
     SELECT e.id AS endpoint_id,
            CASE WHEN f.paused_until > now() THEN -1
                 ELSE least(least(e.rate_limit, e.tenant_rate_limit),
-                           CASE WHEN f.decreased_at > now() - interval '60 seconds'
-                                THEN f.adaptive_rate + COALESCE(f.increase_per_second, 0)
-                                     * EXTRACT(EPOCH FROM now() - f.decreased_at)::float8
-                           END) END AS rate
+                           """ + core.adaptive_rate("f") + """) END AS rate
       FROM (SELECT id FROM {schema}.endpoints
              WHERE rate_limit IS NOT NULL OR tenant_rate_limit IS NOT NULL
             UNION

@@ -8,6 +8,7 @@ from collections import Counter
 from typing import Any
 
 import psycopg
+import pytest
 
 from outbox._db.connection import render
 from outbox.delivery import queries
@@ -89,15 +90,10 @@ def test_throttle_cuts_once_per_congestion_event(db_url: str) -> None:
     empties the bucket until the pause's end."""
     import time
 
-    from outbox.delivery.throttle import DECREASE, INCREASE
-
     endpoint = add_endpoint(db_url, "http://127.0.0.1:9/gw", rate_limit=100)
-    sql = render(queries.THROTTLE, SCHEMA).encode()
 
     def throttle(c: psycopg.Connection[Any], admitted_at: float, pause: float = 0.0) -> int:
-        return c.execute(sql, {"endpoint": endpoint, "observed": 500.0, "pause": pause,
-                               "admitted_at": admitted_at, "decrease": DECREASE,
-                               "increase": INCREASE}).rowcount
+        return _throttle(c, endpoint, admitted_at, pause=pause)
 
     def state(c: psycopg.Connection[Any]) -> tuple[Any, ...]:
         row = c.execute("SELECT adaptive_rate, throttled_total, paused_until > now(), tokens"
@@ -118,6 +114,42 @@ def test_throttle_cuts_once_per_congestion_event(db_url: str) -> None:
         rate, total, paused, tokens = state(c)
         assert rate < 70.0  # cut again: 0.7 x (70 grown for about a second)
         assert total == 2 and paused and tokens == 0
+
+
+def _throttle(c: psycopg.Connection[Any], endpoint: Any, admitted_at: float, *,
+              observed: float = 500.0, pause: float = 0.0) -> int:
+    from outbox.delivery.throttle import DECREASE, INCREASE, SLOW_START
+
+    return c.execute(render(queries.THROTTLE, SCHEMA).encode(),
+                     {"endpoint": endpoint, "observed": observed, "pause": pause,
+                      "admitted_at": admitted_at, "decrease": DECREASE,
+                      "increase": INCREASE, "slow_start": SLOW_START}).rowcount
+
+
+def test_a_first_cut_from_one_process_share_grows_back_by_slow_start(db_url: str) -> None:
+    """With no rate in force, the first cut starts from what the reporting process saw (its
+    share only) and the rate then grows 1.5x a second; the next cut, from that rate in
+    force, grows back linearly. The allowed-rate gauge and `endpoints show` read the same
+    rate (one formula, as the claim's budget)."""
+    import time
+
+    from outbox.admin.flow import state
+
+    endpoint = add_endpoint(db_url, "http://127.0.0.1:9/gw")
+    with psycopg.connect(db_url, autocommit=True) as c:
+        assert _throttle(c, endpoint, time.time() - 5, observed=40.0) == 1
+        c.execute("UPDATE outbox.endpoint_flow SET decreased_at = now() - interval '2 s'")
+        gauges: dict[Any, float] = dict(
+            c.execute(render(queries.FLOW_GAUGES, SCHEMA).encode()).fetchall())
+        assert 28.0 * 1.5 ** 2 - 0.1 < gauges[endpoint] < 28.0 * 1.5 ** 2.1  # 63: 28 x 1.5^2
+        shown = state(c, endpoint, schema=SCHEMA).allowed_rate
+        assert shown is not None and abs(shown - gauges[endpoint]) < 1
+        assert _throttle(c, endpoint, time.time() + 1, observed=40.0) == 1  # from 63, not 40
+        rate, growth, increase = c.execute(
+            "SELECT adaptive_rate, growth, increase_per_second FROM outbox.endpoint_flow"
+            " WHERE endpoint_id = %s", (endpoint,)).fetchone() or ()
+        assert 0.7 * 63 - 0.1 < rate < 0.7 * 28.0 * 1.5 ** 2.1 and growth is None
+        assert increase == pytest.approx(0.07 * rate)
 
 
 def test_flow_gauges_list_only_flow_controlled_endpoints(db_url: str) -> None:

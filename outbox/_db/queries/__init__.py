@@ -77,6 +77,7 @@ from outbox._db.queries.events import (
     EVENT_GET,
     EVENT_LIST,
 )
+from outbox._db.queries.flow import adaptive_rate
 from outbox._db.queries.operations import (
     DEAD_PAGE,
     DEAD_SKIP,
@@ -247,4 +248,5 @@ __all__ = [
     "WAKE_CHANNEL",
     "WAKE_CHANNEL_NAME",
     "WAKE_KEY",
+    "adaptive_rate",
 ]

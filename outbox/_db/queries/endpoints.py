@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from outbox._db.queries.emit import filter_passes, payload_doc
+from outbox._db.queries.flow import adaptive_rate
 from outbox._db.queries.opevents import OP_EMIT, OP_WAKE
 
 # --- endpoints --------------------------------------------------------------------------
@@ -235,9 +236,7 @@ SELECT e.id AS endpoint_id, least(e.rate_limit, e.tenant_rate_limit) AS rate_lim
   FROM {schema}.endpoints e
   LEFT JOIN {schema}.endpoint_flow f ON f.endpoint_id = e.id
  CROSS JOIN LATERAL (
-      SELECT CASE WHEN f.decreased_at > now() - interval '60 seconds'
-                  THEN f.adaptive_rate + COALESCE(f.increase_per_second, 0)
-                       * EXTRACT(EPOCH FROM now() - f.decreased_at)::float8 END AS adaptive) a
+      SELECT """ + adaptive_rate("f") + """ AS adaptive) a
 """
 FLOW_STATES = _FLOW_COLUMNS + " WHERE e.id = ANY (%s::uuid[])"
 

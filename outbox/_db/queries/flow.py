@@ -1,0 +1,18 @@
+"""The adaptive rate's one formula (migrations/0008_flow_control.sql, 0027_flow_slow_start.sql),
+read by the claim's budget, the throttle's cut, the allowed-rate gauge and `endpoints show`."""
+
+from __future__ import annotations
+
+
+def adaptive_rate(f: str) -> str:
+    """SQL for the adaptive rate of the ``endpoint_flow`` row aliased ``f`` now: NULL when
+    it does not apply (never cut, or 60 s since the last cut); else the rate it was cut to
+    (``adaptive_rate``), grown since ``decreased_at`` by ``growth`` times a second while
+    that is set (slow start, after a first cut made from one process's observation), else
+    by ``increase_per_second`` a second (linear, after a cut from a known rate)."""
+    elapsed = f"EXTRACT(EPOCH FROM now() - {f}.decreased_at)::float8"
+    return (f"CASE WHEN {f}.decreased_at > now() - interval '60 seconds'"
+            f" THEN CASE WHEN {f}.growth IS NOT NULL"
+            f" THEN {f}.adaptive_rate * power({f}.growth, greatest(0, {elapsed}))"
+            f" ELSE {f}.adaptive_rate + COALESCE({f}.increase_per_second, 0) * {elapsed}"
+            " END END")
