@@ -11,7 +11,13 @@ Process-local, pure bookkeeping (no I/O); the worker acts on its answers:
   between claim and start) is handed back untouched (attempt refunded) after a short
   jittered delay, and counted (``outbox_handbacks_total``).
 - **Circuit breaker.** ``threshold`` consecutive failures (timeouts, connection errors,
-  5xx...) open the endpoint's breaker for ``cooldown`` seconds: the worker pushes the
+  5xx...) open the endpoint's breaker for ``cooldown`` seconds. Consecutive by when the
+  requests started: the failure of a request started before one that has since succeeded
+  is old news (the endpoint answered the later one) and neither counts nor resets the
+  count. Measured: after a burst of connections at a worker's start overflowed a
+  receiver's accept queue, ~150 requests sent in the first second timed out together 15 s
+  later, amid thousands of successes sent after them, and opened the breaker of a
+  healthy endpoint for 30 s (bench.flow ``limit50``, 2 of 5 runs). The worker pushes the
   endpoint's pending rows past the cooldown (other processes then skip them too) and its
   claims take none of them meanwhile. After the cooldown one probe request is let through
   (half-open): success closes the breaker, failure re-opens it.
@@ -35,6 +41,7 @@ class _State:
     failures: int = 0
     open_until: float = 0.0
     probing: bool = False
+    answered: float = float("-inf")  # start of the latest-started request that succeeded
 
 
 class EndpointGate:
@@ -70,14 +77,25 @@ class EndpointGate:
         state.in_flight += 1
         return None
 
-    def release(self, endpoint: UUID, *, failed: bool) -> float | None:
-        """Account a finished request. Returns the cooldown if this failure opened the
-        breaker (the caller pushes the endpoint's pending rows), else None."""
+    def now(self) -> float:
+        """The gate's clock: what :meth:`release`'s ``started`` is read on."""
+        return self._clock()
+
+    def release(self, endpoint: UUID, *, failed: bool,
+                started: float | None = None) -> float | None:
+        """Account a finished request, started at ``started`` (:meth:`now`; None: now).
+        Returns the cooldown if this failure opened the breaker (the caller pushes the
+        endpoint's pending rows), else None. A failure of a request started before the
+        latest-started one that succeeded does not count (see the module's doc)."""
         state = self._state(endpoint)
         state.in_flight = max(state.in_flight - 1, 0)
         probe, state.probing = state.probing, False
+        started = self._clock() if started is None else started
         if not failed:
             state.failures, state.open_until = 0, 0.0
+            state.answered = max(state.answered, started)
+            return None
+        if started < state.answered and not probe:
             return None
         state.failures += 1
         if probe or (state.failures >= self.threshold and not state.open_until):

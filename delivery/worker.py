@@ -318,7 +318,7 @@ class Worker:
         """Send ``job`` (claimed by the claim that started at ``claimed_at``,
         ``time.time()``), then record its completion. A retry is never due before the end
         of an open breaker's cooldown (the claims would not take it before anyway)."""
-        failed, done = True, None
+        failed, done, started = True, None, self.gate.now()
         try:
             sent_at = time.time()
             self.throttle.sent(job.endpoint_id)
@@ -335,7 +335,7 @@ class Worker:
             if signal is not None:
                 self._on_throttle(signal)
         finally:
-            cooldown = self.gate.release(job.endpoint_id, failed=failed)
+            cooldown = self.gate.release(job.endpoint_id, failed=failed, started=started)
             if done is not None:
                 hold = self.gate.open_for(job.endpoint_id)
                 if hold and done.state == "pending" and done.delay < hold:

@@ -76,3 +76,27 @@ def test_claim_budgets_report_in_flight_and_block_open_breakers() -> None:
     assert dict(zip(*gate.claim_budgets(), strict=True)) == {busy: 2}
     assert gate.admit(broken) is None  # the probe
     assert dict(zip(*gate.claim_budgets(), strict=True)) == {busy: 2, broken: BLOCKED}
+
+
+def test_failures_of_requests_started_before_a_success_do_not_count() -> None:
+    """A burst of requests that time out together, all started before a request that has
+    since succeeded, is old news: the endpoint answered the later one. They neither open
+    the breaker nor reset the count; failures of requests started after that success do
+    open it."""
+    clock = Clock()
+    gate = EndpointGate(default_cap=100, threshold=3, cooldown=30, clock=clock)
+    e = uuid.uuid4()
+    early = gate.now()
+    for _ in range(12):
+        assert gate.admit(e) is None
+    clock.now += 1
+    gate.admit(e)
+    assert gate.release(e, failed=False, started=gate.now()) is None
+    clock.now += 15  # the early ones time out, after the later one's answer
+    assert [gate.release(e, failed=True, started=early) for _ in range(10)] == [None] * 10
+    assert not gate.is_open(e)
+    assert gate.release(e, failed=True, started=gate.now()) is None  # started later: counts
+    assert gate.release(e, failed=True, started=early) is None  # old news: no reset either
+    assert gate.release(e, failed=True, started=gate.now()) is None
+    assert gate.release(e, failed=True, started=gate.now()) == 30
+    assert gate.is_open(e)
