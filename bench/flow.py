@@ -22,7 +22,8 @@ Sections (each on fresh scratch databases, worker processes ``python -m outbox w
 - ``limit50``: four workers; one endpoint limited to 50/s (``bench.limited`` receiver) and
   one unlimited (``bench.sink``) in the same run for ``--seconds``: the limited one's
   rate at the receiver and most requests in any one second; the unlimited one's rate vs
-  its rate alone (same workers, same backlog, no limited endpoint).
+  its rate alone (same workers, same backlog, no limited endpoint); ``--rounds`` pairs
+  (at least two), alternating, medians.
 - ``gateway``: two workers, default settings, 3,000 events to a receiver that answers 429
   with ``Retry-After: 1`` whenever it got more than 100 requests in the last second: the
   429 share and deliveries/s after the first 10 s.
@@ -33,7 +34,7 @@ Sections (each on fresh scratch databases, worker processes ``python -m outbox w
   limited to 50/s with a backlog of its own (every claim budgets it: its flow row locked,
   tokens taken); worker CPU per delivery (rusage, start-up to exit, over every delivery
   made, the limited one's included) and the unlimited one's deliveries/s, median of
-  ``--rounds``, the two alternating.
+  ``--rounds``, the two alternating (each pair in the other order than the last).
 
 Human-readable lines, then one JSON line. The machine is shared: report medians, compare
 only figures of the same run.
@@ -159,12 +160,29 @@ def _unlimited_rate(seconds: float, with_limited: bool, workers: int = 4) -> Res
     return res
 
 
-def limit50(seconds: float) -> Results:
-    both = _unlimited_rate(seconds, with_limited=True)
-    alone = _unlimited_rate(seconds, with_limited=False)
-    return {**both, "unlimited_alone_per_s": alone["unlimited_per_s"],
-            "unlimited_ratio": both["unlimited_per_s"] / alone["unlimited_per_s"],
-            "seconds": seconds}
+def limit50(seconds: float, rounds: int) -> Results:
+    """``rounds`` pairs of runs, the unlimited endpoint beside the limited one and alone,
+    each pair in the other order than the one before, so that a slow minute of the machine
+    falls on both sides (four workers on two cores: one run's rate moves by +-20%). The
+    unlimited rates are the medians of each side, the ratio also per pair; the limited
+    rate is over every run beside it (``rounds`` x ``seconds``), its most requests in one
+    second the most of any run."""
+    beside: list[Results] = []
+    alone: list[Results] = []
+    for i in range(rounds):
+        for with_limited in ((True, False) if i % 2 == 0 else (False, True)):
+            (beside if with_limited else alone).append(_unlimited_rate(seconds, with_limited))
+    pairs = [b["unlimited_per_s"] / a["unlimited_per_s"]
+             for b, a in zip(beside, alone, strict=True)]
+    return {"unlimited_per_s": statistics.median(b["unlimited_per_s"] for b in beside),
+            "unlimited_alone_per_s": statistics.median(a["unlimited_per_s"] for a in alone),
+            "unlimited_ratio_median_of_pairs": statistics.median(pairs),
+            "pairs": [[round(b["unlimited_per_s"]), round(a["unlimited_per_s"])]
+                      for b, a in zip(beside, alone, strict=True)],
+            "limited_per_s": statistics.fmean(b["limited_per_s"] for b in beside),
+            "limited_max_in_one_second": max(b["limited_max_in_one_second"] for b in beside),
+            "limited_429s": sum(b["limited_429s"] for b in beside),
+            "seconds": seconds, "rounds": rounds}
 
 
 def gateway(events: int = 6000, seconds: float = 40.0) -> Results:
@@ -265,9 +283,10 @@ def _cost_run(events: int, with_limited: bool) -> Results:
 def limit_cost(events: int, rounds: int) -> Results:
     """CPU per delivery of an unlimited endpoint's drain, alone vs beside a limited one."""
     runs: dict[str, list[Results]] = {"alone": [], "beside_limited": []}
-    for _ in range(rounds):
-        runs["alone"].append(_cost_run(events, False))
-        runs["beside_limited"].append(_cost_run(events, True))
+    for i in range(rounds):  # alternating, each pair in the other order than the last
+        for with_limited in ((False, True) if i % 2 == 0 else (True, False)):
+            runs["beside_limited" if with_limited else "alone"].append(
+                _cost_run(events, with_limited))
     out: Results = {"events": events, "rounds": rounds}
     for name, rs in runs.items():
         out[name] = {key: statistics.median(r[key] for r in rs)
@@ -276,6 +295,9 @@ def limit_cost(events: int, rounds: int) -> Results:
                              for r in rs]
     out["cpu_ratio"] = (out["beside_limited"]["worker_cpu_us_per_delivery"]
                         / out["alone"]["worker_cpu_us_per_delivery"])
+    out["cpu_ratio_median_of_pairs"] = statistics.median(
+        b["worker_cpu_us_per_delivery"] / a["worker_cpu_us_per_delivery"]
+        for a, b in zip(runs["alone"], runs["beside_limited"], strict=True))
     return out
 
 
@@ -295,7 +317,7 @@ def run(events: int = 10_000, rounds: int = 2, seconds: float = 20.0,
             from bench import peer
             res[name] = peer.pgqueuer_runs(events, rounds)
         elif name == "limit50":
-            res[name] = limit50(seconds)
+            res[name] = limit50(seconds, max(rounds, 2))
         elif name == "gateway":
             res[name] = gateway()
         elif name == "slow":

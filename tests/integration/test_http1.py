@@ -207,3 +207,59 @@ def test_a_numeric_looking_name_goes_through_the_resolver() -> None:
     assert (result.verdict, result.error_class) == (Verdict.DEAD, "ssrf")
     assert [host for host, _ in stub.calls] == ["127.0.0.1."]
     assert server.connections == []
+
+
+def _concurrent(server: Server, n: int) -> list[AttemptResult]:
+    """``n`` requests at once to ``server``."""
+
+    async def go() -> list[AttemptResult]:
+        async with serving(server):
+            guard = GuardedResolver(parse_networks("127.0.0.0/8"))
+            async with make_transport(resolver=guard) as transport:
+                return list(await asyncio.gather(*(
+                    send(transport, server.url(host="127.0.0.1"), b"{}", {}, timeout=TIMEOUT,
+                         total_timeout=10.0) for _ in range(n))))
+
+    return asyncio.run(go())
+
+
+def test_new_connections_ramp_up_as_the_origin_answers() -> None:
+    """200 requests at once to one origin: 16 connections are made before the first
+    answer; then the pool grows with the answers (doubling a round trip), and every
+    request is answered."""
+    from outbox.delivery.origins import OPEN_AT_ONCE
+
+    seen_before_first_answer: list[int] = []
+
+    async def slow(writer: asyncio.StreamWriter) -> bool:
+        await asyncio.sleep(0.2)
+        if not seen_before_first_answer:
+            seen_before_first_answer.append(len(server.connections))
+        return await reply(200)(writer)
+
+    server = Server(host="127.0.0.1", answer=slow)
+    results = _concurrent(server, 200)
+    assert [r.verdict for r in results] == [Verdict.DELIVERED] * 200
+    assert seen_before_first_answer == [OPEN_AT_ONCE]
+    assert OPEN_AT_ONCE * 4 <= len(server.connections) <= 200  # grew past the first 16
+
+
+def test_a_receiver_that_closes_every_connection_still_gets_more_than_sixteen() -> None:
+    """Connection: close after every answer proves no connection that stays; the first
+    answers of the last second count instead, so the ramp still grows."""
+    from outbox.delivery.origins import OPEN_AT_ONCE
+
+    busy, most = 0, 0
+
+    async def slow_close(writer: asyncio.StreamWriter) -> bool:
+        nonlocal busy, most
+        busy += 1
+        most = max(most, busy)
+        await asyncio.sleep(0.05)
+        busy -= 1
+        return await reply(200, close=True)(writer)
+
+    server = Server(host="127.0.0.1", answer=slow_close)
+    results = _concurrent(server, 300)
+    assert [r.verdict for r in results] == [Verdict.DELIVERED] * 300
+    assert len(server.connections) == 300 and most >= 2 * OPEN_AT_ONCE
