@@ -18,10 +18,6 @@ Guarantees of :meth:`Pool.post`:
   too: they are never read as the next request's answer. A connection idle for
   :data:`KEEPALIVE_SECONDS`, or closed by the receiver while idle, is never reused; idle
   ones are swept every :data:`SWEEP_SECONDS` of use.
-- New connections to an origin ramp up (:mod:`.origins`): at most 16 without an answer
-  yet, or as many as the origin has proven it takes; a request waits for an idle
-  connection or room meanwhile, so a worker's start does not overflow the receiver's
-  accept queue.
 - An answer's head (status line, headers, trailers, chunk framing) is bounded:
   :data:`MAX_HEAD_BYTES` and :data:`MAX_HEADERS` lines, or :class:`ResponseInvalid`.
 - Connections are pooled per (scheme, host, port, TLS context): a connection made with
@@ -59,7 +55,6 @@ import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from outbox.delivery.origins import Origin
 from outbox.delivery.pinning import GuardedResolver, literal_address
 
 _Key = tuple[str, str, int, "ssl.SSLContext | None"]
@@ -124,7 +119,6 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.idle_since = 0.0
-        self.fresh = self.proven = False  # (outbox.delivery.origins)
         self._done: asyncio.Future[None] | None = None
         self._into: Into | None = None
         self._cap = 0
@@ -299,7 +293,7 @@ class Pool:
                  resolver: GuardedResolver | None = None) -> None:
         self.resolver = resolver
         self._slots = asyncio.Semaphore(max_connections)
-        self._origins: dict[_Key, Origin] = {}
+        self._idle: dict[_Key, list[_Connection]] = {}
         self._swept = time.monotonic()
 
     async def post(self, url: URL, body: bytes, headers: Mapping[str, str], *,
@@ -310,37 +304,29 @@ class Pool:
         data = _request(url, host, port, body, headers)
         key = (url.scheme, host, port, context)  # the context itself: never a reused id
         async with self._slots:
-            origin = self._origins.get(key) or self._origins.setdefault(key, Origin())
-            conn = await self._acquire(origin, host, port, connect, context)
-            answered = False
+            conn = self._checkout(key) or await self._connect(host, port, connect, context)
             try:
                 await conn.exchange(data, into, body_cap, read)
-                answered = True
             finally:
                 now = time.monotonic()
-                origin.release(conn, answered=answered, now=now)
+                if conn.reusable():
+                    conn.idle_since = now
+                    self._idle.setdefault(key, []).append(conn)
+                else:
+                    conn.close()
                 if now - self._swept >= SWEEP_SECONDS:
                     self._swept = now
                     self._sweep()
 
-    async def _acquire(self, origin: Origin, host: str, port: int, timeout: float | None,
-                       context: ssl.SSLContext | None) -> _Connection:
-        """An idle connection to the origin, or a new one as its ramp allows (waiting for
-        either meanwhile: :mod:`outbox.delivery.origins`)."""
-        while True:
-            idle = origin.checkout(time.monotonic(), KEEPALIVE_SECONDS)
-            if idle is not None:
-                return cast(_Connection, idle)
-            if origin.may_open(time.monotonic()):
-                origin.reserve()
-                try:
-                    conn = await self._connect(host, port, timeout, context)
-                except BaseException:
-                    origin.unreserve()
-                    raise
-                origin.opened(conn)
+    def _checkout(self, key: _Key) -> _Connection | None:
+        idle = self._idle.get(key)
+        now = time.monotonic()
+        while idle:
+            conn = idle.pop()
+            if conn.reusable() and now - conn.idle_since < KEEPALIVE_SECONDS:
                 return conn
-            await origin.wait()
+            conn.close()
+        return None
 
     async def _connect(self, host: str, port: int, timeout: float | None,
                        context: ssl.SSLContext | None) -> _Connection:
@@ -375,17 +361,21 @@ class Pool:
         the receiver, idle too long, or of a key no request uses any more (a dropped
         client-certificate context)."""
         now = time.monotonic()
-        for key, origin in list(self._origins.items()):
-            origin.sweep(now, KEEPALIVE_SECONDS)
-            if origin.unused():
-                del self._origins[key]
+        for key, idle in list(self._idle.items()):
+            keep = [c for c in idle if not c.closed and now - c.idle_since < KEEPALIVE_SECONDS]
+            for conn in idle:
+                if conn not in keep:
+                    conn.close()
+            if keep:
+                self._idle[key] = keep
+            else:
+                del self._idle[key]
 
     def close(self) -> None:
-        for origin in self._origins.values():
-            for conn in origin.idle:
-                origin.discard(conn)
-            origin.idle.clear()
-        self._origins.clear()
+        for idle in self._idle.values():
+            for conn in idle:
+                conn.close()
+        self._idle.clear()
 
 
 def _request(url: URL, host: str, port: int, body: bytes,

@@ -32,11 +32,14 @@ starting from every request sent, a burst of 500 to a receiver taking 40 needed 
 (seven seconds of mostly 429s). That is one process's share of the endpoint's traffic,
 and the others' is unknown here, so the first cut is often too deep (with two workers
 against a receiver taking 100/s: 20-78/s, depending on when the first 429 came back).
-After it the rate grows by ``SLOW_START`` (1.5x) a second, as TCP's slow start, until the
-next cut, which is made from a rate in force and restarts the linear growth: a first cut
-at 20/s is back near 100/s in four seconds, where 7% a second took 40 (``bench.flow
---only gateway``; migrations/0027_flow_slow_start.sql). 1.5x, not TCP's doubling: the
-second that overshoots sends at most 1.5x what the receiver took.
+After it the rate grows by ``SLOW_START`` (1.5x) a second, as TCP's slow start, up to 10x
+the cut rate (``outbox._db.queries.flow.SLOW_START_MAX``), until the next cut, which is
+made from the rate in force and restarts the linear growth: a first cut at 20/s is back
+near 100/s in four seconds, where 7% a second took about a minute (47/s on average over
+the next 30 s; ``bench.flow --only gateway``; migrations/0027_flow_slow_start.sql). 1.5x,
+not TCP's doubling: with the signal a second late, the second that overshoots sends
+about 1.5x what the receiver took. Unlike TCP's window, the rate grows with time, used
+or not: hence the bound.
 
 Which answers count: a 429 always; 503s and timeouts once they are at least half of
 this process's answers from the endpoint over about two seconds (:func:`is_throttle`).

@@ -318,7 +318,8 @@ class Worker:
         """Send ``job`` (claimed by the claim that started at ``claimed_at``,
         ``time.time()``), then record its completion. A retry is never due before the end
         of an open breaker's cooldown (the claims would not take it before anyway)."""
-        failed, done, started = True, None, self.gate.now()
+        failed, done = True, None
+        started: float | None = self.gate.now()
         try:
             sent_at = time.time()
             self.throttle.sent(job.endpoint_id)
@@ -327,10 +328,12 @@ class Worker:
                                         timestamp=int(sent_at))
                 done = completed(job, result, self.settings, self.metrics)
             except Exception as exc:  # isolated: this job only
-                done, failed = poisoned_completion(job, exc, self.metrics), False
+                done, failed, started = poisoned_completion(job, exc, self.metrics), False, None
                 return
             # a 429 is an answer, not a failure: throttling handles it, not the breaker
             failed = result.verdict is Verdict.RETRY and result.status_code != 429
+            if not failed and result.status_code is None:
+                started = None  # no answer (refused before sending): says nothing of it
             signal = self.throttle.observe(job.endpoint_id, result, claimed_at)
             if signal is not None:
                 self._on_throttle(signal)

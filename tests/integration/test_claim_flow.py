@@ -128,9 +128,9 @@ def _throttle(c: psycopg.Connection[Any], endpoint: Any, admitted_at: float, *,
 
 def test_a_first_cut_from_one_process_share_grows_back_by_slow_start(db_url: str) -> None:
     """With no rate in force, the first cut starts from what the reporting process saw (its
-    share only) and the rate then grows 1.5x a second; the next cut, from that rate in
-    force, grows back linearly. The allowed-rate gauge and `endpoints show` read the same
-    rate (one formula, as the claim's budget)."""
+    share only) and the rate then grows 1.5x a second, up to 10x; the next cut, from that
+    rate in force, grows back linearly. The allowed-rate gauge and `endpoints show` read
+    the same rate (one formula, as the claim's budget)."""
     import time
 
     from outbox.admin.flow import state
@@ -144,6 +144,10 @@ def test_a_first_cut_from_one_process_share_grows_back_by_slow_start(db_url: str
         assert 28.0 * 1.5 ** 2 - 0.1 < gauges[endpoint] < 28.0 * 1.5 ** 2.1  # 63: 28 x 1.5^2
         shown = state(c, endpoint, schema=SCHEMA).allowed_rate
         assert shown is not None and abs(shown - gauges[endpoint]) < 1
+        c.execute("UPDATE outbox.endpoint_flow SET decreased_at = now() - interval '10 s'")
+        capped = dict(c.execute(render(queries.FLOW_GAUGES, SCHEMA).encode()).fetchall())
+        assert capped[endpoint] == pytest.approx(280.0)  # 10x the cut, not 28 x 1.5^10
+        c.execute("UPDATE outbox.endpoint_flow SET decreased_at = now() - interval '2 s'")
         assert _throttle(c, endpoint, time.time() + 1, observed=40.0) == 1  # from 63, not 40
         rate, growth, increase = c.execute(
             "SELECT adaptive_rate, growth, increase_per_second FROM outbox.endpoint_flow"
