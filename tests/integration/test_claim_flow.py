@@ -145,7 +145,8 @@ def test_a_first_cut_from_one_process_share_grows_back_by_slow_start(db_url: str
         shown = state(c, endpoint, schema=SCHEMA).allowed_rate
         assert shown is not None and abs(shown - gauges[endpoint]) < 1
         c.execute("UPDATE outbox.endpoint_flow SET decreased_at = now() - interval '10 s'")
-        capped = dict(c.execute(render(queries.FLOW_GAUGES, SCHEMA).encode()).fetchall())
+        capped: dict[Any, float] = dict(
+            c.execute(render(queries.FLOW_GAUGES, SCHEMA).encode()).fetchall())
         assert capped[endpoint] == pytest.approx(280.0)  # 10x the cut, not 28 x 1.5^10
         c.execute("UPDATE outbox.endpoint_flow SET decreased_at = now() - interval '2 s'")
         assert _throttle(c, endpoint, time.time() + 1, observed=40.0) == 1  # from 63, not 40
