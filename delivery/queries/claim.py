@@ -123,6 +123,12 @@ from outbox._db import queries as core
 # So a process never claims rows it cannot start at once, and rows beyond the budget stay
 # in the database (no claim, no hand-back write). Each endpoint costs two primary-key
 # probes of endpoints and endpoint_flow (a third, the lock, when controlled).
+# Tokens are spent a tenth of a second's worth at a time (at least 1, at most the burst):
+# a claim takes none of a limited endpoint's rows until that many have accumulated. Taken
+# one at a time (each claim taking the one token refilled since the last), the sends of a
+# 50/s endpoint came one by one, each its own wake-up, claim and completion flush: an
+# unlimited endpoint beside it made 30% more claims and 40% more flushes, and ran at 0.8x
+# its rate alone (bench.flow limit50, limitcost).
 # The adaptive rate (AIMD) grows linearly from the last decrease and stops applying 60 s
 # after it; a fixed limit is its ceiling. While it applies the burst is 0.1 s of it (at
 # least 1): a throttled endpoint gets an even flow, not a second's worth at once (a
@@ -134,6 +140,8 @@ BUDGET = """
                                   WHEN fl.endpoint_id IS NULL
                                        OR fl.paused_until > now() THEN 0
                                   WHEN r.rate IS NULL THEN 2147483647
+                                  WHEN r.tokens < greatest(1, least(rb.burst, 0.1 * r.rate))
+                                       THEN 0
                                   ELSE floor(r.tokens) END))::int AS n,
            r.tokens
       FROM (SELECT endpoint_id FROM ring WHERE oldest <= now()

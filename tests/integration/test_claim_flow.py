@@ -202,3 +202,30 @@ def test_the_claim_is_shared_by_what_each_endpoint_can_spend(db_url: str) -> Non
         got = _claim(c, 40)
         assert got[limited] == 3 and min(got[busy], got[free]) >= 18
         assert sum(got.values()) == 40
+
+
+def test_a_limited_endpoint_spends_a_tenth_of_a_second_of_tokens_at_a_time(
+        db_url: str) -> None:
+    """At 50/s a claim takes none of the endpoint's rows before 5 tokens (0.1 s) have
+    accumulated, then all it has: its sends go in fives, not one per claim. The tokens not
+    spent stay; a burst set below that is the chunk (here 2 at a time)."""
+    fifty = add_endpoint(db_url, "http://127.0.0.1:9/fifty", rate_limit=50)
+    narrow = add_endpoint(db_url, "http://127.0.0.1:9/narrow", rate_limit=50, rate_burst=2)
+
+    def tokens(c: psycopg.Connection[Any], endpoint: uuid.UUID, n: float) -> None:
+        c.execute("UPDATE outbox.endpoint_flow SET tokens = %s,"
+                  " refilled_at = now() + interval '1 hour' WHERE endpoint_id = %s",
+                  (n, endpoint))
+
+    with psycopg.connect(db_url, autocommit=True) as c:
+        _due(c, fifty, 50)
+        _due(c, narrow, 50)
+        tokens(c, fifty, 4.5)
+        tokens(c, narrow, 1.0)
+        assert _claim(c, 40) == {}
+        left = c.execute("SELECT tokens FROM outbox.endpoint_flow WHERE endpoint_id = %s",
+                         (fifty,)).fetchone()
+        assert left is not None and left[0] == 4.5  # kept for the next claim
+        tokens(c, fifty, 5.0)
+        tokens(c, narrow, 2.0)
+        assert _claim(c, 40) == {fifty: 5, narrow: 2}
