@@ -208,7 +208,8 @@ def test_a_limited_endpoint_spends_a_tenth_of_a_second_of_tokens_at_a_time(
         db_url: str) -> None:
     """At 50/s a claim takes none of the endpoint's rows before 5 tokens (0.1 s) have
     accumulated, then all it has: its sends go in fives, not one per claim. The tokens not
-    spent stay; a burst set below that is the chunk (here 2 at a time)."""
+    spent stay; a burst set below that is the chunk (here 2 at a time). While an adaptive
+    rate applies, tokens go one at a time (its burst is a tenth already)."""
     fifty = add_endpoint(db_url, "http://127.0.0.1:9/fifty", rate_limit=50)
     narrow = add_endpoint(db_url, "http://127.0.0.1:9/narrow", rate_limit=50, rate_burst=2)
 
@@ -229,3 +230,7 @@ def test_a_limited_endpoint_spends_a_tenth_of_a_second_of_tokens_at_a_time(
         tokens(c, fifty, 5.0)
         tokens(c, narrow, 2.0)
         assert _claim(c, 40) == {fifty: 5, narrow: 2}
+        c.execute("UPDATE outbox.endpoint_flow SET adaptive_rate = 50, decreased_at = now(),"
+                  " increase_per_second = 0 WHERE endpoint_id = %s", (fifty,))
+        tokens(c, fifty, 1.0)
+        assert _claim(c, 40) == {fifty: 1}  # throttled: one token at a time, as it comes
