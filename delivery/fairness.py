@@ -81,23 +81,26 @@ class EndpointGate:
         """The gate's clock: what :meth:`release`'s ``started`` is read on."""
         return self._clock()
 
-    def release(self, endpoint: UUID, *, failed: bool,
-                started: float | None = None) -> float | None:
-        """Account a finished request, started at ``started`` (:meth:`now`; None: no
-        request reached the endpoint, e.g. a job that could not be sent: a failure then
-        counts, a success does not move the order). Returns the cooldown if this failure
-        opened the breaker (the caller pushes the endpoint's pending rows), else None. A
-        failure of a request started before the latest-started one that succeeded does
-        not count (see the module's doc)."""
+    def release(self, endpoint: UUID, *, failed: bool, started: float | None = None,
+                reached: bool = True) -> float | None:
+        """Account a finished request, started at ``started`` (:meth:`now`; None: now).
+        Returns the cooldown if this failure opened the breaker (the caller pushes the
+        endpoint's pending rows), else None. A failure of a request started before the
+        latest-started one that succeeded does not count (see the module's doc).
+        ``reached=False``: nothing reached the endpoint (a job that could not be sent, a
+        refused address): a failure counts, a success neither resets the count, nor
+        closes the breaker, nor makes earlier-started failures old news."""
         state = self._state(endpoint)
         state.in_flight = max(state.in_flight - 1, 0)
         probe, state.probing = state.probing, False
+        started = self._clock() if started is None else started
+        if not failed and not reached:
+            return None
         if not failed:
             state.failures, state.open_until = 0, 0.0
-            if started is not None:
-                state.answered = max(state.answered, started)
+            state.answered = max(state.answered, started)
             return None
-        if started is not None and started < state.answered and not probe:
+        if reached and started < state.answered and not probe:
             return None
         state.failures += 1
         if probe or (state.failures >= self.threshold and not state.open_until):

@@ -36,7 +36,7 @@ After it the rate grows by ``SLOW_START`` (1.5x) a second, as TCP's slow start, 
 the cut rate (``outbox._db.queries.flow.SLOW_START_MAX``), until the next cut, which is
 made from the rate in force and restarts the linear growth: a first cut at 20/s is back
 near 100/s in four seconds, where 7% a second took about a minute (47/s on average over
-the next 30 s; ``bench.flow --only gateway``; migrations/0027_flow_slow_start.sql). 1.5x,
+seconds 10-40 of the run; ``bench.flow --only gateway``; migrations/0027_flow_slow_start.sql). 1.5x,
 not TCP's doubling: with the signal a second late, the second that overshoots sends
 about 1.5x what the receiver took. Unlike TCP's window, the rate grows with time, used
 or not: hence the bound.

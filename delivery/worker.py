@@ -318,8 +318,7 @@ class Worker:
         """Send ``job`` (claimed by the claim that started at ``claimed_at``,
         ``time.time()``), then record its completion. A retry is never due before the end
         of an open breaker's cooldown (the claims would not take it before anyway)."""
-        failed, done = True, None
-        started: float | None = self.gate.now()
+        failed, done, reached, started = True, None, True, self.gate.now()
         try:
             sent_at = time.time()
             self.throttle.sent(job.endpoint_id)
@@ -328,17 +327,20 @@ class Worker:
                                         timestamp=int(sent_at))
                 done = completed(job, result, self.settings, self.metrics)
             except Exception as exc:  # isolated: this job only
-                done, failed, started = poisoned_completion(job, exc, self.metrics), False, None
+                done, failed, reached = poisoned_completion(job, exc, self.metrics), False, False
                 return
             # a 429 is an answer, not a failure: throttling handles it, not the breaker
             failed = result.verdict is Verdict.RETRY and result.status_code != 429
-            if not failed and result.status_code is None:
-                started = None  # no answer (refused before sending): says nothing of it
+            # refused before sending (SSRF): says nothing of the endpoint (a broker's
+            # publish is DELIVERED without a status: it reached it)
+            reached = failed or result.status_code is not None \
+                or result.verdict is Verdict.DELIVERED
             signal = self.throttle.observe(job.endpoint_id, result, claimed_at)
             if signal is not None:
                 self._on_throttle(signal)
         finally:
-            cooldown = self.gate.release(job.endpoint_id, failed=failed, started=started)
+            cooldown = self.gate.release(job.endpoint_id, failed=failed, started=started,
+                                         reached=reached)
             if done is not None:
                 hold = self.gate.open_for(job.endpoint_id)
                 if hold and done.state == "pending" and done.delay < hold:

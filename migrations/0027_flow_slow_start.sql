@@ -5,7 +5,7 @@
 -- saw, which is only its own share of the endpoint's traffic: with N worker processes
 -- about 1/N of it, and less when the first 429 answers a burst's first requests. Growing
 -- back linearly (7% of the cut rate a second) from such a cut took about a minute
--- (bench.flow gateway: 20/s after a first cut, 47/s on average over the next 30 s against
+-- (bench.flow gateway: 20/s after a first cut, 47/s on average over seconds 10-40 against
 -- a receiver taking 100/s). After a first cut the rate now grows by `growth` times a
 -- second (outbox.delivery.throttle SLOW_START), up to 10x the cut rate, until the next
 -- cut, which is made from a rate in force and restarts the linear growth, as TCP's slow
@@ -20,4 +20,4 @@
 -- CHECK reads the table once, one narrow row per endpoint).
 
 ALTER TABLE endpoint_flow ADD COLUMN IF NOT EXISTS growth double precision
-    CHECK (growth > 1);
+    CHECK (growth > 1 AND growth <= 10);

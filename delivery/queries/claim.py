@@ -124,14 +124,16 @@ from outbox._db import queries as core
 # in the database (no claim, no hand-back write). Each endpoint costs two primary-key
 # probes of endpoints and endpoint_flow (a third, the lock, when controlled).
 # A fixed limit's tokens are spent a tenth of a second's worth at a time (at least 1, at
-# most the burst): a claim takes none of the endpoint's rows until that many have
-# accumulated. Taken one at a time (each claim taking the one token refilled since the
-# last), the sends of a 50/s endpoint came one by one, each its own wake-up, claim and
-# completion flush: an unlimited endpoint beside it made 30% more claims and 40% more
-# flushes, and ran at 0.8x its rate alone (bench.flow limit50, limitcost). Not while an
-# adaptive rate applies: its burst is already that tenth, and sending it whole drew 429s
-# in clusters from a receiver at its limit (bench.flow gateway: 68/s after 10 s with 1.1%
-# of 429s, against 74-76/s with 0.2% one token at a time).
+# most half the burst: tokens stop at the burst, so a chunk as large as the burst could
+# only be taken at the moment the bucket fills): a claim takes none of the endpoint's
+# rows until that many have accumulated. Taken one at a time (each claim taking the one
+# token refilled since the last), the sends of a 50/s endpoint came one by one, each its
+# own wake-up, claim and completion flush: an unlimited endpoint beside it made 30% more
+# claims and 40% more flushes, and ran at 0.8x its rate alone (bench.flow limit50,
+# limitcost). Not while an adaptive rate applies: its burst is already that tenth, and
+# sending it whole drew 429s in clusters from a receiver at its limit (bench.flow
+# gateway: 68/s after 10 s with 1.1% of 429s, against 74.0-75.4/s with 0.2-0.3% one
+# token at a time).
 # The adaptive rate (AIMD) grows linearly from the last decrease and stops applying 60 s
 # after it; a fixed limit is its ceiling. While it applies the burst is 0.1 s of it (at
 # least 1): a throttled endpoint gets an even flow, not a second's worth at once (a
@@ -171,7 +173,7 @@ BUDGET = """
                  greatest(1, CASE WHEN a.adaptive IS NULL THEN COALESCE(ep.rate_burst, ep.fixed)
                                   ELSE 0.1 * least(ep.fixed, a.adaptive) END) AS burst,
                  CASE WHEN a.adaptive IS NULL
-                      THEN greatest(1, least(COALESCE(ep.rate_burst, ep.fixed),
+                      THEN greatest(1, least(0.5 * COALESCE(ep.rate_burst, ep.fixed),
                                              0.1 * ep.fixed)) ELSE 1 END AS chunk) rb
      CROSS JOIN LATERAL (
           SELECT rb.rate,

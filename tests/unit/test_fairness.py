@@ -104,15 +104,19 @@ def test_failures_of_requests_started_before_a_success_do_not_count() -> None:
 
 def test_a_success_without_a_request_does_not_order_the_failures() -> None:
     """A job that never reached the endpoint (refused before sending, or one that could
-    not be sent) says nothing of it: it does not make earlier-started failures old news."""
+    not be sent) says nothing of it: it neither makes earlier-started failures old news,
+    nor resets the count, nor closes a half-open breaker."""
     clock = Clock()
     gate = EndpointGate(default_cap=100, threshold=2, cooldown=30, clock=clock)
     e = uuid.uuid4()
     early = gate.now()
     clock.now += 1
-    gate.admit(e)
-    assert gate.release(e, failed=False, started=None) is None
-    gate.admit(e)
-    gate.admit(e)
+    for _ in range(3):
+        assert gate.admit(e) is None
     assert gate.release(e, failed=True, started=early) is None
+    assert gate.release(e, failed=False, reached=False) is None  # no reset either
     assert gate.release(e, failed=True, started=early) == 30  # both counted
+    clock.now += 31
+    assert gate.admit(e) is None  # the probe: a job that never reaches the endpoint
+    assert gate.release(e, failed=False, reached=False) is None
+    assert gate.admit(e) is None  # still half-open: the next job is the probe

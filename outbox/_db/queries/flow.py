@@ -20,7 +20,7 @@ def adaptive_rate(f: str) -> str:
     elapsed = f"EXTRACT(EPOCH FROM now() - {f}.decreased_at)::float8"
     return (f"CASE WHEN {f}.decreased_at > now() - interval '60 seconds'"
             f" THEN CASE WHEN {f}.growth IS NOT NULL"
-            f" THEN {f}.adaptive_rate * least(power({f}.growth, greatest(0, {elapsed})),"
+            f" THEN {f}.adaptive_rate * least(power({f}.growth, least(greatest(0, {elapsed}), 60)),"
             f" {SLOW_START_MAX})"
             f" ELSE {f}.adaptive_rate + COALESCE({f}.increase_per_second, 0) * {elapsed}"
             " END END")
