@@ -77,7 +77,7 @@ from outbox._db.queries.events import (
     EVENT_GET,
     EVENT_LIST,
 )
-from outbox._db.queries.flow import adaptive_rate
+from outbox._db.queries.flow import SLOW_START_MAX, adaptive_rate
 from outbox._db.queries.operations import (
     DEAD_PAGE,
     DEAD_SKIP,
@@ -230,6 +230,7 @@ __all__ = [
     "SESSION_REVOKED",
     "SET_SEARCH_PATH",
     "SHOW_SEARCH_PATH",
+    "SLOW_START_MAX",
     "SQL_EMIT_STATEMENT",
     "STATS_BY_ENDPOINT",
     "STATS_DUE",
