@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 from collections.abc import Iterable
 
@@ -35,6 +36,7 @@ async def run_worker(
             loop.add_signal_handler(sig, worker.stop)
         server = await health.start(settings, worker.metrics.registry, worker.ready,
                                     drain=drain)
+        _tune_gc()
         try:
             await worker.run(drain=drain)
         finally:
@@ -43,3 +45,21 @@ async def run_worker(
             if server is not None:
                 await server.cleanup()
     return worker.stats
+
+
+# The cyclic garbage collector's first threshold (allocations less deallocations between
+# young collections); Python's default is 700.
+GC_YOUNG_THRESHOLD = 10_000
+
+
+def _tune_gc() -> None:
+    """Freeze what exists at the worker's start (modules, settings, the worker: never
+    garbage) out of the collector's sight, and collect the young generation every 10,000
+    net allocations instead of 700. A busy worker allocates a few hundred objects per
+    delivery (requests, futures, headers); with 1,000 requests in flight the collector
+    took 6.6% of its CPU (py-spy), and this cut the worker's CPU per delivery by about a
+    tenth (bench.flow slow, against the sink's and the database's CPU in the same runs).
+    Memory: at most that many more young objects live between collections; cycles are
+    still collected."""
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 20)

@@ -61,6 +61,10 @@ class Backlog(NamedTuple):
 _BACKLOG_ROW = class_row(Backlog)
 
 
+def _by_uuid(pair: tuple[uuid.UUID, int]) -> int:
+    return pair[0].int
+
+
 def _first_line(exc: BaseException | None) -> str:
     text = str(exc).strip() if exc else ""
     return text.splitlines()[0] if text else type(exc).__name__
@@ -190,9 +194,12 @@ class Store:
         in flight to ``used_ids``) and, when flow-controlled, its send tokens (taken in the
         same transaction)."""
         token = uuid.uuid4()
+        # sorted by id (as PostgreSQL orders uuids: their bytes, big-endian): the claim
+        # finds an endpoint's count by binary search (queries.BUDGET)
+        used = sorted(zip(used_ids, used_counts, strict=True), key=_by_uuid)
         params = self._claim_sql.params({
             "limit": limit, "lease": self.settings.lease_seconds, "token": token,
-            "used_ids": list(used_ids), "used_counts": list(used_counts),
+            "used_ids": [u[0] for u in used], "used_counts": [u[1] for u in used],
             "default_cap": self.settings.default_endpoint_cap, "floor": self._claim_floor,
             "after": self._claim_after})
         read_floor = time.monotonic() - self._floor_read_at >= FLOOR_EVERY

@@ -197,7 +197,7 @@ class Worker:
             # next-due query runs stays set and makes the next wait return at once.
             self._wake.clear()
             claimed_at = time.time()  # admission time (throttle: once per congestion event)
-            jobs = await self.store.claim(limit, *self.gate.claim_budgets())
+            jobs = await self.store.claim(limit, *self.gate.claim_budgets(limit))
             self.stats["claimed"] += len(jobs)
             self.stats["claims"] += 1
             self.metrics.claimed_per_poll.observe(len(jobs))

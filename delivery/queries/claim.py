@@ -80,7 +80,11 @@ from outbox._db import queries as core
 # Plan shape, pinned rather than left to statistics (stale when autovacuum lags or is
 # off): every CTE that locks is MATERIALIZED, and the UPDATE finds its rows by primary key
 # (= ANY of the claimed ids), so the planner cannot lock or update more rows than the
-# LIMITs (PostgreSQL bug #15715); each claimed row fetches its event and endpoint by
+# LIMITs (PostgreSQL bug #15715); the fill's recheck of visible_at is written so that no
+# index can serve it ((state = 'pending' AND visible_at <= now()) IS TRUE: a generic plan
+# on stale statistics ANDed the fill's primary keys with a bitmap of every row of the
+# partial index deliveries_due, 1-2 ms with 50,000 due);
+# each claimed row fetches its event and endpoint by
 # primary key (LATERAL ... LIMIT 1 cannot be flattened into a hash join). The result's
 # outer side is `share` (one row, read by the final SELECT whatever was claimed), so the
 # rotation's position is reported by every claim, even one that takes nothing.
@@ -113,8 +117,12 @@ from outbox._db import queries as core
 # The claim's per-endpoint budgets (its `budget` CTE): for each endpoint the claim may take
 # rows of (the ring's due endpoints and the fill's candidates), how many it may take:
 #   slots:  this process's free in-flight slots there, its cap (max_in_flight, else
-#           %(default_cap)s) minus what it has in flight (%(used_ids)s / %(used_counts)s;
-#           an endpoint whose breaker is open here is passed with a huge count: 0 slots);
+#           %(default_cap)s) minus what it has in flight (%(used_ids)s / %(used_counts)s,
+#           sorted by id: found by binary search, width_bucket; an endpoint whose breaker
+#           is open here is passed with a huge count: 0 slots). Joined as a table, the
+#           unnest of the two arrays was estimated at 10 rows on the generic plan (an
+#           array parameter's length is unknown there) and probed by a nested loop: with
+#           1,000 endpoints in flight, 40-60 ms a claim, 80% of its time (bench.flow slow);
 #   tokens: when the endpoint is flow-controlled (a fixed rate limit, an adaptive rate in
 #           force, a Retry-After pause: migrations/0008_flow_control.sql), the whole
 #           endpoint's send budget across every process: its endpoint_flow row, locked
@@ -140,7 +148,7 @@ from outbox._db import queries as core
 # receiver counting a sliding second would see rate + burst and answer 429 again).
 BUDGET = """
     SELECT e.endpoint_id, s.metered,
-           greatest(0, least(COALESCE(ep.max_in_flight, %(default_cap)s) - COALESCE(u.n, 0),
+           greatest(0, least(COALESCE(ep.max_in_flight, %(default_cap)s) - u.n,
                              CASE WHEN NOT s.controlled THEN 2147483647
                                   WHEN fl.endpoint_id IS NULL
                                        OR fl.paused_until > now() THEN 0
@@ -179,8 +187,11 @@ BUDGET = """
           SELECT rb.rate,
                  least(rb.burst, fl.tokens + rb.rate * greatest(0, EXTRACT(
                      EPOCH FROM now() - fl.refilled_at)::float8)) AS tokens) r
-      LEFT JOIN (SELECT * FROM unnest(%(used_ids)s::uuid[], %(used_counts)s::int[])
-                   AS u(endpoint_id, n)) u ON u.endpoint_id = e.endpoint_id
+     CROSS JOIN LATERAL (
+          SELECT width_bucket(e.endpoint_id, %(used_ids)s::uuid[]) AS i) w
+     CROSS JOIN LATERAL (
+          SELECT CASE WHEN w.i > 0 AND (%(used_ids)s::uuid[])[w.i] = e.endpoint_id
+                      THEN (%(used_counts)s::int[])[w.i] ELSE 0 END AS n) u
 """
 
 # deliveries_pending_by_endpoint's predicate, and the floor (below)
@@ -293,7 +304,8 @@ fill AS MATERIALIZED (
            WHERE c.rn <= c.room
            ORDER BY c.visible_at
            LIMIT greatest(%(limit)s - (SELECT count(*) FROM picked), 0)))
-       AND d.state = 'pending' AND d.visible_at <= now() AND d.id >= %(floor)s::bigint
+       AND (d.state = 'pending' AND d.visible_at <= now()) IS TRUE
+       AND d.id >= %(floor)s::bigint
        FOR UPDATE SKIP LOCKED),
 took AS (
     UPDATE {schema}.endpoint_flow f

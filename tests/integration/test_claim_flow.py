@@ -235,3 +235,35 @@ def test_a_limited_endpoint_spends_a_tenth_of_a_second_of_tokens_at_a_time(
                   " increase_per_second = 0 WHERE endpoint_id = %s", (fifty,))
         tokens(c, fifty, 1.0)
         assert _claim(c, 40) == {fifty: 1}  # throttled: one token at a time, as it comes
+
+
+def test_the_store_finds_each_endpoints_count_among_many_in_any_order(db_url: str) -> None:
+    """The claim looks an endpoint's in-flight count up by binary search over ids the store
+    sorts: 40 endpoints given in a shuffled order, each with 0-4 in flight against a cap
+    of 4, get exactly their free slots; an endpoint listed blocked gets none."""
+    import asyncio
+    import random
+
+    from outbox.delivery.fairness import BLOCKED
+    from outbox.delivery.store import Store
+    from tests.support.workers import settings
+
+    endpoints = [add_endpoint(db_url, f"http://127.0.0.1:9/e{i}") for i in range(40)]
+    with psycopg.connect(db_url, autocommit=True) as c:
+        for e in endpoints:
+            _due(c, e, 6)
+    used = {e: i % 5 for i, e in enumerate(endpoints)}
+    used[endpoints[7]] = BLOCKED
+    order = list(used)
+    random.Random(7).shuffle(order)
+
+    async def claim() -> Counter[Any]:
+        store = Store(settings(db_url, endpoint_max_in_flight=4), pool_size=1)
+        try:
+            jobs = await store.claim(200, order, [used[e] for e in order])
+        finally:
+            await store.close()
+        return Counter(j.endpoint_id for j in jobs)
+
+    got = asyncio.run(claim())
+    assert got == {e: 4 - n for e, n in used.items() if n < 4}

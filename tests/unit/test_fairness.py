@@ -120,3 +120,25 @@ def test_a_success_without_a_request_does_not_order_the_failures() -> None:
     assert gate.admit(e) is None  # the probe: a job that never reaches the endpoint
     assert gate.release(e, failed=False, reached=False) is None
     assert gate.admit(e) is None  # still half-open: the next job is the probe
+
+
+def test_claim_budgets_list_only_the_endpoints_a_claim_of_that_size_could_fill() -> None:
+    """With the claim's size, an endpoint whose free slots (its latest job's cap, else the
+    default, minus what is in flight) are at least that size is left out: the claim can
+    take no more than its size of it anyway. Open breakers are always listed."""
+    from outbox.delivery.fairness import BLOCKED
+
+    gate = EndpointGate(default_cap=10, threshold=1, cooldown=10.0, clock=Clock())
+    roomy, nearly_full, own_cap, broken = (uuid.uuid4() for _ in range(4))
+    for _ in range(3):
+        assert gate.admit(roomy) is None  # 7 free
+    for _ in range(8):
+        assert gate.admit(nearly_full) is None  # 2 free
+    for _ in range(3):
+        assert gate.admit(own_cap, 5) is None  # its own cap 5: 2 free
+    assert gate.admit(broken) is None and gate.release(broken, failed=True) == 10.0
+    listed = dict(zip(*gate.claim_budgets(5), strict=True))
+    assert listed == {nearly_full: 8, own_cap: 3, broken: BLOCKED}
+    assert dict(zip(*gate.claim_budgets(8), strict=True)) == {
+        roomy: 3, nearly_full: 8, own_cap: 3, broken: BLOCKED}
+    assert len(gate.claim_budgets()[0]) == 4  # no size: every endpoint in flight
