@@ -4,12 +4,13 @@ Process-local, pure bookkeeping (no I/O); the worker acts on its answers:
 
 - **In-flight cap.** At most ``cap`` requests to one endpoint are in flight in this process
   (endpoint's ``max_in_flight``, else ``OUTBOX_ENDPOINT_MAX_IN_FLIGHT``). The claim is told
-  what is in flight here per endpoint (:meth:`EndpointGate.claim_budgets`) and takes no more
-  rows of an endpoint than its free slots, so a hanging endpoint holds at most ``cap`` of
-  the worker's slots, and a busy endpoint's rows wait in the database, not in the process
-  nor in hand-back writes. A claimed row that still cannot start (a breaker that opened
-  between claim and start) is handed back untouched (attempt refunded) after a short
-  jittered delay, and counted (``outbox_handbacks_total``).
+  what is in flight here per endpoint whose free slots could bind it
+  (:meth:`EndpointGate.claim_budgets`) and takes no more rows of an endpoint than its free
+  slots, so a hanging endpoint holds at most ``cap`` of the worker's slots, and a busy
+  endpoint's rows wait in the database, not in the process nor in hand-back writes. A
+  claimed row that still cannot start (a breaker that opened between claim and start; a
+  cap lowered below what is in flight, once) is handed back untouched (attempt refunded)
+  after a short jittered delay, and counted (``outbox_handbacks_total``).
 - **Circuit breaker.** ``threshold`` consecutive failures (timeouts, connection errors,
   5xx...) open the endpoint's breaker for ``cooldown`` seconds. Consecutive by when the
   requests started: the failure of a request started before one that has since succeeded

@@ -245,7 +245,8 @@ class Worker:
     def _start(self, job: Job, claimed_at: float) -> bool:
         """Send ``job`` now (True), or park it (disabled endpoint) or hand it back to the
         queue, counted (the claim budgets each endpoint's free slots, so this happens only
-        when a breaker opened or half-opened between the claim and now)."""
+        when a breaker opened or half-opened between the claim and now, or once after the
+        endpoint's max_in_flight was lowered below what is in flight here)."""
         if not job.enabled:
             self._record(park(job))
             return False

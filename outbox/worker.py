@@ -102,7 +102,8 @@ def run_worker(overrides: Mapping[str, Any], *, drain: bool, log_format: str | N
     from outbox.delivery import runner
 
     stats = asyncio.run(runner.run_worker(settings, drain=drain,
-                                          signals=(signal.SIGTERM, signal.SIGINT)))
+                                          signals=(signal.SIGTERM, signal.SIGINT),
+                                          tune_gc=True))
     supervised.report_stats(stats)
     return stats
 

@@ -29,6 +29,12 @@ def _due(c: psycopg.Connection[Any], endpoint: uuid.UUID, n: int) -> None:
 
 
 def _claim(c: psycopg.Connection[Any], limit: int, **budget: Any) -> Counter[Any]:
+    """The claim's endpoints and row counts; in-flight counts sorted by id, as the store
+    passes them (BUDGET finds them by binary search)."""
+    if budget.get("used_ids"):
+        pairs = sorted(zip(budget["used_ids"], budget["used_counts"], strict=True),
+                       key=lambda p: p[0].int)
+        budget["used_ids"], budget["used_counts"] = map(list, zip(*pairs, strict=True))
     params = {"limit": limit, "lease": 30.0, "token": uuid.uuid4(), **UNBUDGETED, **budget}
     return Counter(r[ENDPOINT_COLUMN] for r in claimed_rows(c.execute(CLAIM, params).fetchall()))
 
@@ -267,3 +273,37 @@ def test_the_store_finds_each_endpoints_count_among_many_in_any_order(db_url: st
 
     got = asyncio.run(claim())
     assert got == {e: 4 - n for e, n in used.items() if n < 4}
+
+
+def test_listing_only_the_endpoints_that_could_bind_claims_the_same(db_url: str) -> None:
+    """The gate lists an in-flight endpoint only while its free slots are fewer than the
+    claim's size (EndpointGate.claim_budgets(limit)); the claim then takes exactly what it
+    takes with every in-flight count listed, for claim sizes below, at and above the free
+    slots of the endpoints, own caps included."""
+    import random
+
+    from outbox.delivery.fairness import EndpointGate
+
+    rng = random.Random(11)
+    caps = [None, None, 3, 12, None, 6, None, 20] * 3
+    endpoints = [add_endpoint(db_url, f"http://127.0.0.1:9/b{i}", max_in_flight=cap)
+                 for i, cap in enumerate(caps)]
+    gate = EndpointGate(default_cap=8, threshold=5, cooldown=10.0)
+    for e, cap in zip(endpoints, caps, strict=True):
+        for _ in range(rng.randint(0, cap or 8)):
+            assert gate.admit(e, cap) is None
+    with psycopg.connect(db_url, autocommit=True) as c:
+        for e in endpoints:
+            _due(c, e, 25)
+    with psycopg.connect(db_url) as c:
+        for limit in (2, 5, 9, 40, 200):
+            full = _claim(c, limit, default_cap=8, **dict(zip(
+                ("used_ids", "used_counts"), gate.claim_budgets(), strict=True)))
+            c.rollback()
+            short_ids, short_counts = gate.claim_budgets(limit)
+            if limit <= 5:  # some endpoints' free slots could not bind a claim this size
+                assert len(short_ids) < len(gate.claim_budgets()[0])
+            short = _claim(c, limit, default_cap=8, used_ids=short_ids,
+                           used_counts=short_counts)
+            c.rollback()
+            assert short == full, limit
