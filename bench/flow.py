@@ -27,8 +27,13 @@ Sections (each on fresh scratch databases, worker processes ``python -m outbox w
 - ``gateway``: two workers, default settings, 3,000 events to a receiver that answers 429
   with ``Retry-After: 1`` whenever it got more than 100 requests in the last second: the
   429 share and deliveries/s after the first 10 s.
-- ``slow``: 1,000 endpoints answering after 250 ms, two workers: deliveries/s per process
-  and peak RSS per process at ``OUTBOX_CONCURRENCY`` 100 (the old default), 500 and 1000.
+- ``slow``: 1,000 endpoints answering after 250 ms, 50,000 deliveries, two workers:
+  deliveries/s per process (from the workers' start to the last delivery recorded), peak
+  RSS per process, worker CPU per delivery, at default settings (concurrency 1000;
+  median of ``--rounds``), then at ``OUTBOX_CONCURRENCY`` 100 (the old default) and 500.
+  The receiver is the minimal one (``bench.rawsink``, ~40 us of CPU per request); one
+  more run at the defaults uses the aiohttp sink (~200 us a request), which on these two
+  cores takes CPU from the workers and the database.
 - ``limitcost``: what rate limits cost an unlimited endpoint: two workers drain
   ``--events`` to an unlimited endpoint (``bench.sink``) alone, and beside an endpoint
   limited to 50/s with a backlog of its own (every claim budgets it: its flow row locked,
@@ -222,32 +227,59 @@ def _peak_rss_mb(pids: set[int]) -> dict[int, float]:
     return out
 
 
-def slow(endpoints: int, events: int, concurrencies: tuple[int, ...]) -> Results:
-    """``endpoints`` endpoints answering after 250 ms, two workers, per concurrency."""
-    res: Results = {"endpoints": endpoints, "events": events}
+def _slow_run(endpoints: int, events: int, conc: int, server: str) -> Results:
+    """One drain of ``events`` spread over ``endpoints`` endpoints answering after 250 ms,
+    two workers at ``OUTBOX_CONCURRENCY=conc``, the sink's ``server``."""
+    with scratch_database() as url, Sink(server=server) as sink:
+        with psycopg.connect(url, autocommit=True) as c:
+            for i in range(endpoints):
+                ep.add(c, f"{sink.url}/slow{i}", schema=SCHEMA)
+        per = max(events // endpoints, 1)
+        _emit(url, per, "slow.event")  # every endpoint gets every event
+        total = per * endpoints
+        cpu = children_cpu()
+        with Workers(url, 2, {"OUTBOX_CONCURRENCY": str(conc)}, drain=True) as procs, \
+                psycopg.connect(url, autocommit=True) as c:
+            start_wall, start, peak = time.time(), time.monotonic(), {}
+            delivered = 0
+            while delivered < total and time.monotonic() - start < 300:
+                time.sleep(0.5)
+                row = c.execute(f"SELECT count(*) FROM {SCHEMA}.deliveries"
+                                " WHERE state = 'delivered'").fetchone()
+                delivered = row[0] if row else 0
+                peak.update(_peak_rss_mb(procs.pids()))
+            procs.wait(timeout=60)  # --drain: they exit by themselves
+            # from the workers' start to the last delivery recorded (not to the poll)
+            last = c.execute(f"SELECT extract(epoch FROM max(finished_at))::float8"
+                             f" FROM {SCHEMA}.deliveries WHERE state = 'delivered'").fetchone()
+        cpu = children_cpu() - cpu
+        elapsed = (last[0] if last and last[0] else time.time()) - start_wall
+    rep = sink.report
+    return {"deliveries_per_s_per_process": delivered / elapsed / 2,
+            "complete": delivered == total, "seconds": round(elapsed, 1),
+            "peak_rss_mb": max(peak.values(), default=0.0),
+            "worker_cpu_us_per_delivery": cpu / max(delivered, 1) * 1e6,
+            "receiver_cpu_us_per_request": rep.cpu_seconds / max(rep.requests, 1) * 1e6,
+            "received": rep.requests}
+
+
+def slow(endpoints: int, events: int, rounds: int,
+         concurrencies: tuple[int, ...] = (100, 500)) -> Results:
+    """``endpoints`` endpoints answering after 250 ms, two workers: at default settings
+    (concurrency 1000), ``rounds`` runs (the median) with the minimal receiver
+    (bench.rawsink), then one at each of ``concurrencies``, and one with the aiohttp sink
+    (five times the receiver's CPU per request, on the same two cores)."""
+    runs = [_slow_run(endpoints, events, 1000, "raw") for _ in range(max(rounds, 1))]
+    res: Results = {"endpoints": endpoints, "events": events,
+                    "default": {"deliveries_per_s_per_process": statistics.median(
+                                    r["deliveries_per_s_per_process"] for r in runs),
+                                "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+                                "worker_cpu_us_per_delivery": statistics.median(
+                                    r["worker_cpu_us_per_delivery"] for r in runs),
+                                "runs": runs}}
     for conc in concurrencies:
-        with scratch_database() as url, Sink() as sink:
-            with psycopg.connect(url, autocommit=True) as c:
-                for i in range(endpoints):
-                    ep.add(c, f"{sink.url}/slow{i}", schema=SCHEMA)
-            per = max(events // endpoints, 1)
-            _emit(url, per, "slow.event")  # every endpoint gets every event
-            total = per * endpoints
-            with Workers(url, 2, {"OUTBOX_CONCURRENCY": str(conc)}, drain=True) as procs, \
-                    psycopg.connect(url, autocommit=True) as c:
-                start, peak = time.monotonic(), {}
-                while True:
-                    row = c.execute(f"SELECT count(*) FROM {SCHEMA}.deliveries"
-                                    " WHERE state = 'delivered'").fetchone()
-                    peak.update(_peak_rss_mb(procs.pids()))
-                    if (row and row[0] >= total) or time.monotonic() - start > 300:
-                        break
-                    time.sleep(0.5)
-                elapsed = time.monotonic() - start
-                procs.wait(timeout=60)  # --drain: they exit by themselves
-        res[str(conc)] = {"deliveries_per_s_per_process": total / elapsed / 2,
-                          "peak_rss_mb": max(peak.values(), default=0.0),
-                          "seconds": round(elapsed, 1)}
+        res[str(conc)] = _slow_run(endpoints, events, conc, "raw")
+    res["aiohttp_sink"] = _slow_run(endpoints, events, 1000, "aiohttp")
     return res
 
 
@@ -321,7 +353,7 @@ def run(events: int = 10_000, rounds: int = 2, seconds: float = 20.0,
         elif name == "gateway":
             res[name] = gateway()
         elif name == "slow":
-            res[name] = slow(1000, 50_000, (100, 500, 1000))
+            res[name] = slow(1000, 50_000, rounds)
         elif name == "limitcost":
             res[name] = limit_cost(events, rounds)
         print(f"[bench.flow] {name}: {res[name]}", file=out, flush=True)

@@ -104,27 +104,38 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _child(conn: Connection) -> None:
+def _child(conn: Connection, server: str) -> None:
     """Entry point of the sink process: serve until SIGTERM, then send the report."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+
+    def serve(loop_name: str) -> Any:
+        if server == "raw":
+            from bench import rawsink
+
+            return rawsink.serve(conn, loop_name, _cpu_seconds)
+        return _serve(conn, loop_name)
+
     try:
         import uvloop
 
-        report = uvloop.run(_serve(conn, "uvloop"))
+        report = uvloop.run(serve("uvloop"))
     except ImportError:
-        report = asyncio.run(_serve(conn, "asyncio"))
+        report = asyncio.run(serve("asyncio"))
     conn.send(report)
     conn.close()
 
 
 class Sink:
-    """``with Sink() as sink: ... sink.url ...``; afterwards ``sink.report``."""
+    """``with Sink() as sink: ... sink.url ...``; afterwards ``sink.report``.
 
-    def __init__(self) -> None:
+    ``server="raw"``: the minimal server of :mod:`bench.rawsink` (``/slow`` paths and
+    plain 200s only) instead of aiohttp's."""
+
+    def __init__(self, *, server: str = "aiohttp") -> None:
         ctx = mp.get_context("spawn")
         self._conn, child_conn = ctx.Pipe()
-        self._proc = ctx.Process(target=_child, args=(child_conn,), name="bench-sink",
-                                 daemon=True)
+        self._proc = ctx.Process(target=_child, args=(child_conn, server),
+                                 name="bench-sink", daemon=True)
         self.url = ""
         self.report = SinkReport()
 

@@ -1,0 +1,97 @@
+"""The sink's minimal server (``Sink(server="raw")``): one asyncio ``Protocol`` per
+connection, requests parsed by ``httptools`` (the parser the worker's client uses), each
+answered 200 with an empty body on the same keep-alive connection, after 250 ms for a
+path under ``/slow`` (``/hang`` and ``/fail`` are the aiohttp sink's: not served here).
+
+It records what the aiohttp sink records (arrivals, ``webhook-id``s) for a fraction of its
+CPU per request, so that a bench whose receiver shares the machine's two cores with the
+workers (``bench.flow slow``: 1,000 endpoints answering after 250 ms) spends less of
+them on the receiver. Bodies are read and dropped; signatures are not verified.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+import httptools
+
+from bench.sink import SinkReport
+
+_OK = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"
+SLOW_SECONDS = 0.25
+
+
+class _Request(asyncio.Protocol):
+    """One connection: requests answered in order (a client sends the next one only after
+    the answer, as the worker does)."""
+
+    def __init__(self, report: SinkReport) -> None:
+        self.report = report
+        self.parser = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.path = b""
+        self.msg_id: str | None = None
+        self._header = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            if self.transport is not None:
+                self.transport.close()
+
+    def on_url(self, url: bytes) -> None:
+        self.path = url
+        self.msg_id = None
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() == b"webhook-id":
+            self.msg_id = value.decode()
+
+    def on_message_complete(self) -> None:
+        now = time.time()
+        rep = self.report
+        rep.requests += 1
+        if rep.first_request_at is None:
+            rep.first_request_at = now
+        rep.last_request_at = now
+        if self.msg_id is None:
+            rep.without_id += 1
+        elif self.msg_id not in rep.first_arrival:
+            rep.first_arrival[self.msg_id] = now
+        if self.path.startswith(b"/slow"):
+            asyncio.get_running_loop().call_later(SLOW_SECONDS, self._answer)
+        else:
+            self._answer()
+
+    def _answer(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(_OK)
+
+
+async def serve(conn: Connection, loop_name: str, cpu: Callable[[], float]) -> SinkReport:
+    """Serve on 127.0.0.1 (a free port) until SIGTERM; send the URL on ``conn`` once
+    listening; the report."""
+    report = SinkReport(loop=f"{loop_name}, raw")
+    loop = asyncio.get_running_loop()
+    server: Any = await loop.create_server(lambda: _Request(report), "127.0.0.1", 0,
+                                           backlog=1024)
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    host, port = server.sockets[0].getsockname()[:2]
+    ready = cpu()
+    conn.send(f"http://{host}:{port}")
+    try:
+        await stop.wait()
+        report.cpu_seconds = cpu() - ready
+    finally:
+        server.close()
+    return report
