@@ -20,8 +20,6 @@ from typing import Any
 
 import httptools
 
-from bench.sink import SinkReport
-
 _OK = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"
 SLOW_SECONDS = 0.25
 
@@ -30,7 +28,7 @@ class _Request(asyncio.Protocol):
     """One connection: requests answered in order (a client sends the next one only after
     the answer, as the worker does)."""
 
-    def __init__(self, report: SinkReport) -> None:
+    def __init__(self, report: Any) -> None:
         self.report = report
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
@@ -77,10 +75,9 @@ class _Request(asyncio.Protocol):
             self.transport.write(_OK)
 
 
-async def serve(conn: Connection, loop_name: str, cpu: Callable[[], float]) -> SinkReport:
-    """Serve on 127.0.0.1 (a free port) until SIGTERM; send the URL on ``conn`` once
-    listening; the report."""
-    report = SinkReport(loop=f"{loop_name}, raw")
+async def serve(conn: Connection, report: Any, cpu: Callable[[], float]) -> Any:
+    """Serve on 127.0.0.1 (a free port) until SIGTERM, recording into ``report`` (a
+    ``bench.sink.SinkReport``); send the URL on ``conn`` once listening; the report."""
     loop = asyncio.get_running_loop()
     server: Any = await loop.create_server(lambda: _Request(report), "127.0.0.1", 0,
                                            backlog=1024)

@@ -112,7 +112,7 @@ def _child(conn: Connection, server: str) -> None:
         if server == "raw":
             from bench import rawsink
 
-            return rawsink.serve(conn, loop_name, _cpu_seconds)
+            return rawsink.serve(conn, SinkReport(loop=f"{loop_name}, raw"), _cpu_seconds)
         return _serve(conn, loop_name)
 
     try:
