@@ -1,7 +1,8 @@
 """The sink's minimal server (``Sink(server="raw")``): one asyncio ``Protocol`` per
 connection, requests parsed by ``httptools`` (the parser the worker's client uses), each
-answered 200 with an empty body on the same keep-alive connection, after 250 ms for a
-path under ``/slow`` (``/hang`` and ``/fail`` are the aiohttp sink's: not served here).
+answered 200 with an empty body on the same keep-alive connection: after 250 ms for a
+path under ``/slow``, at once otherwise (``/hang`` and ``/fail`` are the aiohttp sink's:
+answered 404 here).
 
 It records what the aiohttp sink records (arrivals, ``webhook-id``s) for a fraction of its
 CPU per request, so that a bench whose receiver shares the machine's two cores with the
@@ -21,12 +22,14 @@ from typing import Any
 import httptools
 
 _OK = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"
+_NOT_FOUND = b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n"
 SLOW_SECONDS = 0.25
 
 
 class _Request(asyncio.Protocol):
-    """One connection: requests answered in order (a client sends the next one only after
-    the answer, as the worker does)."""
+    """One connection. A client that sends its next request only after the answer (the
+    worker) gets its answers in order; a pipelining one may get a quick answer before a
+    ``/slow`` one sent earlier."""
 
     def __init__(self, report: Any) -> None:
         self.report = report
@@ -34,7 +37,6 @@ class _Request(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.path = b""
         self.msg_id: str | None = None
-        self._header = b""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -42,13 +44,16 @@ class _Request(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserError:
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade):
             if self.transport is not None:
                 self.transport.close()
 
-    def on_url(self, url: bytes) -> None:
-        self.path = url
+    def on_message_begin(self) -> None:
+        self.path = b""
         self.msg_id = None
+
+    def on_url(self, url: bytes) -> None:  # called per piece of a URL split across reads
+        self.path += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if name.lower() == b"webhook-id":
@@ -66,13 +71,15 @@ class _Request(asyncio.Protocol):
         elif self.msg_id not in rep.first_arrival:
             rep.first_arrival[self.msg_id] = now
         if self.path.startswith(b"/slow"):
-            asyncio.get_running_loop().call_later(SLOW_SECONDS, self._answer)
+            asyncio.get_running_loop().call_later(SLOW_SECONDS, self._answer, _OK)
+        elif self.path.startswith((b"/hang", b"/fail")):
+            self._answer(_NOT_FOUND)
         else:
-            self._answer()
+            self._answer(_OK)
 
-    def _answer(self) -> None:
+    def _answer(self, answer: bytes) -> None:
         if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(_OK)
+            self.transport.write(answer)
 
 
 async def serve(conn: Connection, report: Any, cpu: Callable[[], float]) -> Any:

@@ -35,9 +35,9 @@ class WorkerSettings(Settings):
     poll_interval_seconds: float | None = Field(default=None, gt=0, le=60)
     # Requests in flight per process. 1000: real receivers answer in 100-500 ms, so a
     # process needs hundreds in flight to send a few thousand a second (bench.flow
-    # "slow": 1,000 endpoints at 250 ms, 2 processes: 262/s per process at 100, 806/s at
-    # 1000 on a shared, loaded 2-core machine; peak RSS 78 MB vs 93 MB). An idle slot costs
-    # nothing; the per-endpoint cap below keeps one endpoint to a quarter of them.
+    # "slow": 1,000 endpoints at 250 ms, 2 processes on 2 cores, 2026-11-26: 370/s per
+    # process at 100, 1,553/s at 500, 2,175/s at 1000; peak RSS 79-87 MB). An idle slot
+    # costs nothing; the per-endpoint cap below keeps one endpoint to a quarter of them.
     concurrency: int = Field(default=1000, ge=1, le=10_000)
     batch_size: int = Field(default=100, ge=1, le=10_000)
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)

@@ -49,11 +49,13 @@ def results() -> dict[str, Any]:
                          "cap_lifted": {"deliveries_per_s": 5000.0}},
                  "peer_post": {"median_rate": 2000.0, "median_arrivals_per_s": 4000.0},
                  "limit50": {"limited_per_s": 49.5, "limited_max_in_one_second": 101,
-                             "unlimited_per_s": 1800.0, "unlimited_alone_per_s": 2000.0},
+                             "unlimited_per_s": 1800.0, "unlimited_alone_per_s": 2000.0,
+                             "unlimited_ratio_median_of_pairs": 0.9},
                  "gateway": {"after_10s_429_share": 0.04, "after_10s_delivered_per_s": 65.0},
                  "limitcost": {"alone": {"worker_cpu_us_per_delivery": 380.0},
                                "beside_limited": {"worker_cpu_us_per_delivery": 410.0}},
-                 "slow": {"default": {"deliveries_per_s_per_process": 1600.0},
+                 "slow": {"default": {"deliveries_per_s_per_process": 1600.0,
+                                      "complete": True},
                           "100": {"deliveries_per_s_per_process": 390.0},
                           "aiohttp_sink": {"deliveries_per_s_per_process": 1300.0}}},
     }
@@ -106,11 +108,11 @@ def test_every_target_judged_from_full_results() -> None:
         "(info) the same, ours from process start": None,
         "50/s limit, 4 workers: rate at the receiver": True,
         "50/s limit, 4 workers: most requests in one second": False,  # 101 > 100
-        "50/s limit beside: unlimited endpoint vs alone": True,  # 0.9x
+        "50/s limit beside: unlimited endpoint vs alone, median of paired ratios": True,
         "limits beside: unlimited endpoint's worker CPU per delivery vs alone": False,  # 1.08x
         "429 above 100/s: 429 share after 10 s": True,
         "429 above 100/s: delivered/s after 10 s": False,  # 65 < 70
-        "1,000 endpoints at 250 ms, per process, default settings": True,
+        "1,000 endpoints at 250 ms, per process, default settings, minimal receiver": True,
         "(info) 1,000 endpoints at 250 ms, per process, concurrency 100": None,
         "(info) 1,000 endpoints at 250 ms, per process, with the aiohttp sink": None,
     }
