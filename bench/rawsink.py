@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
@@ -60,16 +59,7 @@ class _Request(asyncio.Protocol):
             self.msg_id = value.decode()
 
     def on_message_complete(self) -> None:
-        now = time.time()
-        rep = self.report
-        rep.requests += 1
-        if rep.first_request_at is None:
-            rep.first_request_at = now
-        rep.last_request_at = now
-        if self.msg_id is None:
-            rep.without_id += 1
-        elif self.msg_id not in rep.first_arrival:
-            rep.first_arrival[self.msg_id] = now
+        self.report.record(self.msg_id)
         if self.path.startswith(b"/slow"):
             asyncio.get_running_loop().call_later(SLOW_SECONDS, self._answer, _OK)
         elif self.path.startswith((b"/hang", b"/fail")):

@@ -50,6 +50,18 @@ class SinkReport:
         """Requests beyond the first for their webhook-id."""
         return self.requests - self.without_id - self.distinct
 
+    def record(self, msg_id: str | None) -> None:
+        """One request arrived now, with this ``webhook-id`` (None: without one)."""
+        now = time.time()
+        self.requests += 1
+        if self.first_request_at is None:
+            self.first_request_at = now
+        self.last_request_at = now
+        if msg_id is None:
+            self.without_id += 1
+        elif msg_id not in self.first_arrival:
+            self.first_arrival[msg_id] = now
+
 
 class _Recorder:
     def __init__(self, loop_name: str) -> None:
@@ -57,17 +69,7 @@ class _Recorder:
 
     async def handle(self, request: web.Request) -> web.Response:
         await request.read()  # consume the body, as a real receiver would
-        now = time.time()
-        rep = self.report
-        rep.requests += 1
-        if rep.first_request_at is None:
-            rep.first_request_at = now
-        rep.last_request_at = now
-        msg_id = request.headers.get("webhook-id")
-        if msg_id is None:
-            rep.without_id += 1
-        elif msg_id not in rep.first_arrival:
-            rep.first_arrival[msg_id] = now
+        self.report.record(request.headers.get("webhook-id"))
         if request.path.startswith("/hang"):  # a receiver that never answers (fairness)
             await asyncio.sleep(60)
         if request.path.startswith("/fail"):  # one that answers 500 to everything
